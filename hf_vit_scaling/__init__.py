@@ -1,0 +1,81 @@
+"""hf-vit-scaling: the small shared package the recipes import."""
+
+from .arguments import (
+    DataArguments,
+    ModelArguments,
+    ScalingArguments,
+    ensure_single_process_env,
+    parse_args,
+    parse_slow_ranks,
+)
+from .data import (
+    BUILTIN_DATASET,
+    ImageClassificationData,
+    ImageTransform,
+    attach_transforms,
+    collate_image_batch,
+    load_image_classification_data,
+)
+from .deepspeed_config import load_ds_config, offload_targets, zero_stage
+from .errors import UserInputError
+from .flops import (
+    lookup_peak_tflops,
+    measure_matmul_peak_tflops,
+    mfu,
+    vit_forward_macs_per_image,
+    vit_train_flops_per_image,
+)
+from .metrics import make_compute_metrics, topk_accuracy
+from .model_card import VitTrainer, render_model_card, write_model_card
+from .models import (
+    DEFAULT_PRESET,
+    MODEL_PRESETS,
+    build_model_from_preset,
+    count_parameters,
+    image_processor_for,
+    load_model_for_finetuning,
+    preset_config,
+)
+from .throughput import ThroughputCallback, add_throughput_callback, format_report, load_throughput_report
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BUILTIN_DATASET",
+    "DEFAULT_PRESET",
+    "DataArguments",
+    "ImageClassificationData",
+    "ImageTransform",
+    "MODEL_PRESETS",
+    "ModelArguments",
+    "ScalingArguments",
+    "ThroughputCallback",
+    "UserInputError",
+    "VitTrainer",
+    "add_throughput_callback",
+    "attach_transforms",
+    "build_model_from_preset",
+    "collate_image_batch",
+    "count_parameters",
+    "ensure_single_process_env",
+    "format_report",
+    "image_processor_for",
+    "load_ds_config",
+    "load_image_classification_data",
+    "load_model_for_finetuning",
+    "load_throughput_report",
+    "lookup_peak_tflops",
+    "make_compute_metrics",
+    "measure_matmul_peak_tflops",
+    "mfu",
+    "offload_targets",
+    "parse_args",
+    "parse_slow_ranks",
+    "preset_config",
+    "render_model_card",
+    "topk_accuracy",
+    "vit_forward_macs_per_image",
+    "vit_train_flops_per_image",
+    "write_model_card",
+    "zero_stage",
+]

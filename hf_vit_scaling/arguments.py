@@ -1,0 +1,261 @@
+"""Command-line arguments shared by the recipes: dataclasses parsed by `HfArgumentParser` with `TrainingArguments`.
+
+`--ds_config PATH` is the project's name for the Trainer's `--deepspeed PATH`: it is resolved into
+`TrainingArguments.deepspeed` before `TrainingArguments` is built, so there is one DeepSpeed code path.
+"""
+
+import json
+import os
+import socket
+import sys
+from dataclasses import dataclass, field
+
+import yaml
+from transformers import HfArgumentParser, TrainingArguments
+
+from .deepspeed_config import load_ds_config
+from .errors import UserInputError
+from .models import MODEL_PRESETS
+
+
+@dataclass
+class ModelArguments:
+    """Which ViT to train: a preset from scratch, or a checkpoint to fine-tune."""
+
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hub id or local folder of a ViT checkpoint to fine-tune (e.g. google/vit-base-patch16-224-in21k). "
+            "A new classification head sized to the dataset replaces the checkpoint's. Exclusive with --model_preset."
+        },
+    )
+    model_preset: str | None = field(
+        default=None,
+        metadata={
+            "help": "Train from scratch with a standard size: " + ", ".join(MODEL_PRESETS) + ". "
+            "Default when --model_name_or_path is not given: vit-tiny-cpu.",
+            "choices": list(MODEL_PRESETS),
+        },
+    )
+    image_size: int | None = field(
+        default=None, metadata={"help": "Override the preset's input resolution in pixels (presets only)."}
+    )
+    patch_size: int | None = field(
+        default=None, metadata={"help": "Override the preset's patch size in pixels; must divide --image_size."}
+    )
+    attn_implementation: str = field(
+        default="sdpa",
+        metadata={"help": "Attention kernel: sdpa (default), eager, or flex_attention.",
+                  "choices": ["sdpa", "eager", "flex_attention"]},
+    )
+    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of --model_name_or_path."})
+    cache_dir: str | None = field(default=None, metadata={"help": "Where Hub downloads are cached."})
+
+
+@dataclass
+class DataArguments:
+    """Where the images come from and how they are prepared."""
+
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "A Hub image-classification dataset (e.g. uoft-cs/cifar10, uoft-cs/cifar100) or a folder written by "
+            "datasets' save_to_disk. Default (with no --train_dir either): scikit-learn's bundled digits, no network."
+        },
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Configuration name of --dataset_name."})
+    train_dir: str | None = field(
+        default=None, metadata={"help": "Image folder for training: one sub-folder per class (datasets' imagefolder)."}
+    )
+    validation_dir: str | None = field(
+        default=None, metadata={"help": "Image folder for evaluation; without it --train_val_split carves one out."}
+    )
+    image_column_name: str | None = field(
+        default=None, metadata={"help": "Column holding the images. Default: detected (first Image feature, img, image)."}
+    )
+    label_column_name: str | None = field(
+        default=None, metadata={"help": "Column holding integer/class labels. Default: detected (label, fine_label, ...)."}
+    )
+    train_val_split: float = field(
+        default=0.15, metadata={"help": "Fraction of the training split held out for evaluation when none is given."}
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Use at most this many training images (after shuffling with --seed)."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Use at most this many evaluation images (after shuffling with --seed)."}
+    )
+    random_resized_crop: bool = field(
+        default=True, metadata={"help": "Training augmentation: random resized crop (scale from --crop_scale_min to 1)."}
+    )
+    crop_scale_min: float = field(
+        default=0.08, metadata={"help": "Smallest crop area fraction for --random_resized_crop (torchvision: 0.08)."}
+    )
+    horizontal_flip: bool = field(default=True, metadata={"help": "Training augmentation: random horizontal flip."})
+
+
+@dataclass
+class ScalingArguments:
+    """DeepSpeed selection and the throughput report."""
+
+    ds_config: str | None = field(
+        default=None,
+        metadata={
+            "help": "DeepSpeed JSON config (see ds_configs/). Feeds TrainingArguments.deepspeed; without it (and without "
+            "--deepspeed) the plain Trainer runs (DDP when several processes are launched)."
+        },
+    )
+    throughput_warmup_steps: int = field(
+        default=5, metadata={"help": "Optimizer steps excluded from the throughput report as warm-up."}
+    )
+    peak_tflops: float | None = field(
+        default=None,
+        metadata={"help": "Per-device peak TFLOP/s for MFU. Default: a table for known GPUs, a matmul probe on CPU."},
+    )
+    simulate_slow_ranks: str | None = field(
+        default=None,
+        metadata={
+            "help": "SIMULATION for straggler studies: slow chosen ranks by a factor, e.g. '1:2.0' or '1:2.0,3:1.5'. "
+            "Each step's compute on that rank is stretched by sleeping. Labelled in every report."
+        },
+    )
+
+
+ALL_ARGUMENT_CLASSES = (ModelArguments, DataArguments, ScalingArguments, TrainingArguments)
+LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ensure_single_process_env() -> bool:
+    """Make `python recipe.py --ds_config …` work without a launcher.
+
+    With no launcher, DeepSpeed falls back to MPI discovery and fails (`No module named 'mpi4py'`). We declare a
+    one-process world the way torchrun would. Returns True when the variables were set.
+    """
+    if any(name in os.environ for name in LAUNCHER_ENV):
+        return False
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    return True
+
+
+def _read_args_file(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f) if path.endswith(".json") else yaml.safe_load(f)
+
+
+def _resolve_ds_config(values: dict) -> None:
+    """Fold `ds_config` into `deepspeed` (TrainingArguments' field), checking the file first."""
+    ds_config, deepspeed = values.get("ds_config"), values.get("deepspeed")
+    if ds_config and deepspeed and os.path.abspath(ds_config) != os.path.abspath(str(deepspeed)):
+        raise UserInputError(
+            f"--ds_config {ds_config!r} and --deepspeed {deepspeed!r} disagree. Fix: pass only one of them."
+        )
+    path = ds_config or deepspeed
+    if path and isinstance(path, str):
+        load_ds_config(path, flag="--ds_config" if ds_config else "--deepspeed")
+        values["deepspeed"] = path
+        ensure_single_process_env()
+
+
+def _option_value(argv: list[str], name: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def has_accelerator() -> bool:
+    import torch
+
+    return torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
+
+
+def parse_args(argv: list[str] | None = None):
+    """Parse (ModelArguments, DataArguments, ScalingArguments, TrainingArguments) from argv or one .json/.yaml file."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = HfArgumentParser(ALL_ARGUMENT_CLASSES)
+    if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
+        if not os.path.isfile(argv[0]):
+            raise UserInputError(f"Arguments file {argv[0]!r} does not exist. Fix: pass an existing .json/.yaml file.")
+        values = _read_args_file(argv[0])
+        _resolve_ds_config(values)
+        # Without an accelerator, accelerate only sets up a multi-process (gloo) world when told it runs on CPU.
+        values.setdefault("use_cpu", not has_accelerator())
+        model_args, data_args, scaling_args, training_args = parser.parse_dict(values)
+    else:
+        values = {"ds_config": _option_value(argv, "--ds_config"), "deepspeed": _option_value(argv, "--deepspeed")}
+        if "-h" not in argv and "--help" not in argv:
+            _resolve_ds_config(values)
+        if values.get("deepspeed") and "--deepspeed" not in argv:
+            argv += ["--deepspeed", values["deepspeed"]]
+        if "--use_cpu" not in argv and not has_accelerator():
+            # Without an accelerator, accelerate only sets up a multi-process (gloo) world when told it runs on CPU.
+            argv += ["--use_cpu", "true"]
+        model_args, data_args, scaling_args, training_args = parser.parse_args_into_dataclasses(argv)
+    validate_args(model_args, data_args, scaling_args, training_args)
+    return model_args, data_args, scaling_args, training_args
+
+
+def parse_slow_ranks(spec: str | None) -> dict[int, float]:
+    """'1:2.0,3:1.5' -> {1: 2.0, 3: 1.5}."""
+    if not spec:
+        return {}
+    slow = {}
+    for item in spec.split(","):
+        try:
+            rank, factor = item.split(":")
+            slow[int(rank)] = float(factor)
+        except ValueError as err:
+            raise UserInputError(
+                f"--simulate_slow_ranks {spec!r}: expected RANK:FACTOR pairs such as '1:2.0,3:1.5'."
+            ) from err
+        if slow[int(rank)] < 1.0:
+            raise UserInputError(f"--simulate_slow_ranks {spec!r}: a factor must be >= 1.0 (1.0 = normal speed).")
+    return slow
+
+
+def validate_args(model_args, data_args, scaling_args, training_args) -> None:
+    """Reject bad combinations before any data or model is loaded."""
+    if model_args.model_name_or_path and model_args.model_preset:
+        raise UserInputError(
+            "--model_preset and --model_name_or_path are exclusive: a preset trains from scratch, a checkpoint is "
+            "fine-tuned. Fix: drop one of them."
+        )
+    if model_args.model_name_or_path and (model_args.image_size or model_args.patch_size):
+        raise UserInputError(
+            "--image_size/--patch_size only apply to --model_preset; a checkpoint keeps its own. Fix: drop them."
+        )
+    if model_args.image_size is not None and model_args.image_size <= 0:
+        raise UserInputError(f"--image_size must be positive, got {model_args.image_size}.")
+    if model_args.patch_size is not None and model_args.patch_size <= 0:
+        raise UserInputError(f"--patch_size must be positive, got {model_args.patch_size}.")
+    if data_args.dataset_name and data_args.train_dir:
+        raise UserInputError("--dataset_name and --train_dir are exclusive. Fix: pass one data source.")
+    if data_args.validation_dir and not data_args.train_dir:
+        raise UserInputError("--validation_dir needs --train_dir. Fix: add --train_dir or drop --validation_dir.")
+    for flag in ("train_dir", "validation_dir"):
+        path = getattr(data_args, flag)
+        if path and not os.path.isdir(path):
+            raise UserInputError(f"--{flag} {path!r} is not a folder. Fix: point it at a folder of class sub-folders.")
+    if not 0.0 < data_args.train_val_split < 1.0:
+        raise UserInputError(f"--train_val_split must be between 0 and 1, got {data_args.train_val_split}.")
+    if not 0.0 < data_args.crop_scale_min <= 1.0:
+        raise UserInputError(f"--crop_scale_min must be in (0, 1], got {data_args.crop_scale_min}.")
+    for flag in ("max_train_samples", "max_eval_samples"):
+        value = getattr(data_args, flag)
+        if value is not None and value <= 0:
+            raise UserInputError(f"--{flag} must be a positive number of images, got {value}.")
+    if scaling_args.throughput_warmup_steps < 0:
+        raise UserInputError("--throughput_warmup_steps must be >= 0.")
+    if scaling_args.peak_tflops is not None and scaling_args.peak_tflops <= 0:
+        raise UserInputError("--peak_tflops must be positive (TFLOP/s per device).")
+    parse_slow_ranks(scaling_args.simulate_slow_ranks)

@@ -1,0 +1,84 @@
+"""The model card (README.md) written beside the trained model, and a Trainer that pushes it."""
+
+import os
+
+from transformers import Trainer
+
+CARD_TEMPLATE = """---
+library_name: transformers
+pipeline_tag: image-classification
+tags:
+- vision
+- image-classification
+- vit
+- deepspeed
+- hf-vit-scaling
+{datasets_yaml}---
+
+# {model_name}
+
+A Vision Transformer ({model_desc}) trained for image classification on **{dataset}** with
+hf-vit-scaling `recipes/train_vit.py` (Hugging Face Trainer{ds_desc}).
+
+## Results (held-out split: {eval_split_size} images)
+
+| metric | value |
+|---|---|
+{metrics_rows}
+
+## Training setup
+
+| setting | value |
+|---|---|
+{setup_rows}
+
+## Use
+
+```python
+from transformers import pipeline
+
+classifier = pipeline("image-classification", model="{load_path}")
+classifier("image.png")
+```
+"""
+
+
+def _rows(values: dict) -> str:
+    return "\n".join(f"| {key} | {value} |" for key, value in values.items())
+
+
+def render_model_card(info: dict) -> str:
+    """Markdown card from the facts the recipe collected (keys: see `write_model_card`)."""
+    metrics = {k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in info["metrics"].items()}
+    dataset = info["dataset"]
+    datasets_yaml = f"datasets:\n- {dataset}\n" if "/" in dataset and not os.path.isabs(dataset) else ""
+    ds_config = info["setup"].get("ds_config")
+    return CARD_TEMPLATE.format(
+        model_name=info["model_name"],
+        model_desc=info["model_desc"],
+        dataset=dataset,
+        datasets_yaml=datasets_yaml,
+        ds_desc=f" + DeepSpeed `{os.path.basename(ds_config)}`" if ds_config else "",
+        eval_split_size=info["eval_split_size"],
+        metrics_rows=_rows(metrics),
+        setup_rows=_rows(info["setup"]),
+        load_path=info.get("hub_model_id") or info["model_name"],
+    )
+
+
+def write_model_card(output_dir: str, info: dict) -> str:
+    path = os.path.join(output_dir, "README.md")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(render_model_card(info))
+    return path
+
+
+class VitTrainer(Trainer):
+    """The Trainer, with our model card: `push_to_hub` writes it instead of the generic one before uploading."""
+
+    card_info: dict | None = None
+
+    def create_model_card(self, *args, **kwargs):
+        if self.card_info is None or not self.is_world_process_zero():
+            return super().create_model_card(*args, **kwargs)
+        write_model_card(self.args.output_dir, self.card_info)

@@ -1,0 +1,126 @@
+"""ViT model presets (train from scratch) and checkpoint loading with a new head (fine-tune), ZeRO-3 safe."""
+
+import json
+import os
+
+import torch
+from huggingface_hub.errors import EntryNotFoundError
+from safetensors.torch import load_file
+from transformers import AutoModelForImageClassification, ViTConfig, ViTForImageClassification, ViTImageProcessor
+from transformers.utils import cached_file
+
+from .errors import UserInputError
+
+# Standard sizes: ViT-B/L/H from Dosovitskiy et al. 2021 (Table 1), Ti/S from DeiT (Touvron et al. 2021).
+MODEL_PRESETS: dict[str, dict] = {
+    # A CPU-sized model for tests and the README's main job: 32 px, patch 4 -> 64 patches + CLS = 65 tokens.
+    "vit-tiny-cpu": dict(image_size=32, patch_size=4, hidden_size=96, num_hidden_layers=4, num_attention_heads=4,
+                         intermediate_size=192),
+    "vit-ti-16": dict(image_size=224, patch_size=16, hidden_size=192, num_hidden_layers=12, num_attention_heads=3,
+                      intermediate_size=768),
+    "vit-s-16": dict(image_size=224, patch_size=16, hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
+                     intermediate_size=1536),
+    # The study's model: ViT-B/16 at 224 px, 86 M parameters.
+    "vit-b-16": dict(image_size=224, patch_size=16, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                     intermediate_size=3072),
+    "vit-l-16": dict(image_size=224, patch_size=16, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                     intermediate_size=4096),
+    "vit-h-14": dict(image_size=224, patch_size=14, hidden_size=1280, num_hidden_layers=32, num_attention_heads=16,
+                     intermediate_size=5120),
+}
+DEFAULT_PRESET = "vit-tiny-cpu"
+HEAD_PREFIXES = ("classifier.",)
+
+
+def label_maps(label_names: list[str]) -> dict:
+    return {
+        "num_labels": len(label_names),
+        "id2label": {i: name for i, name in enumerate(label_names)},
+        "label2id": {name: i for i, name in enumerate(label_names)},
+    }
+
+
+def preset_config(preset: str, label_names: list[str], image_size: int | None = None,
+                  patch_size: int | None = None, attn_implementation: str = "sdpa") -> ViTConfig:
+    """A ViTConfig for a named preset, with the dataset's labels and optional resolution overrides."""
+    if preset not in MODEL_PRESETS:
+        raise UserInputError(f"--model_preset {preset!r} is unknown. Fix: use one of {', '.join(MODEL_PRESETS)}.")
+    values = dict(MODEL_PRESETS[preset])
+    values["image_size"] = image_size or values["image_size"]
+    values["patch_size"] = patch_size or values["patch_size"]
+    if values["image_size"] % values["patch_size"]:
+        raise UserInputError(
+            f"--patch_size {values['patch_size']} does not divide --image_size {values['image_size']}. "
+            "Fix: pick sizes where image_size is a multiple of patch_size."
+        )
+    config = ViTConfig(**values, **label_maps(label_names))
+    config._attn_implementation = attn_implementation
+    return config
+
+
+def build_model_from_preset(config: ViTConfig) -> ViTForImageClassification:
+    """Random-init model. `from_config` builds it under `deepspeed.zero.Init` when ZeRO-3 is active."""
+    return AutoModelForImageClassification.from_config(config, attn_implementation=config._attn_implementation)
+
+
+def image_processor_for(config: ViTConfig) -> ViTImageProcessor:
+    """The processor saved beside a from-scratch model: resize to the model's size, normalise to [-1, 1]."""
+    size = config.image_size
+    return ViTImageProcessor(size={"height": size, "width": size}, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+
+
+def _checkpoint_files(name_or_path: str, revision: str, cache_dir: str | None) -> list[str]:
+    """Weight files of a checkpoint (local or Hub): safetensors first, sharded or not, else a torch .bin."""
+    for single, index in (("model.safetensors", "model.safetensors.index.json"),
+                          ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+        for filename in (single, index):
+            try:
+                path = cached_file(name_or_path, filename, revision=revision, cache_dir=cache_dir,
+                                   _raise_exceptions_for_missing_entries=False)
+            except (EntryNotFoundError, OSError):
+                path = None
+            if path is None:
+                continue
+            if filename == index:
+                with open(path, encoding="utf-8") as f:
+                    shards = sorted(set(json.load(f)["weight_map"].values()))
+                return [cached_file(name_or_path, shard, revision=revision, cache_dir=cache_dir) for shard in shards]
+            return [path]
+    raise UserInputError(
+        f"--model_name_or_path {name_or_path!r}: no model.safetensors or pytorch_model.bin found. "
+        "Fix: pass a ViT checkpoint folder or Hub id (e.g. google/vit-base-patch16-224-in21k)."
+    )
+
+
+def load_backbone_state_dict(name_or_path: str, revision: str = "main", cache_dir: str | None = None) -> dict:
+    """The checkpoint's weights without its classification head (safetensors, or `weights_only` torch loading)."""
+    state_dict = {}
+    for path in _checkpoint_files(name_or_path, revision, cache_dir):
+        if path.endswith(".safetensors"):
+            state_dict.update(load_file(path))
+        else:
+            state_dict.update(torch.load(path, map_location="cpu", weights_only=True))
+    return {k: v for k, v in state_dict.items() if not k.startswith(HEAD_PREFIXES)}
+
+
+def load_model_for_finetuning(name_or_path: str, label_names: list[str], revision: str = "main",
+                              cache_dir: str | None = None, attn_implementation: str = "sdpa"):
+    """A pretrained ViT with a new head sized to `label_names`, correct under ZeRO-3 too.
+
+    `ignore_mismatched_sizes=True` is not used: under ZeRO-3 the mismatched head is marked as loaded and never
+    initialised (transformers issue 17336). Instead the head's keys are dropped from the state dict, so the head is a
+    plain missing key, which transformers initialises (gathering the partitioned parameters) in every mode.
+    """
+    if os.path.isdir(name_or_path) and not os.path.isfile(os.path.join(name_or_path, "config.json")):
+        raise UserInputError(f"--model_name_or_path {name_or_path!r} has no config.json. Fix: pass a saved model folder.")
+    config = ViTConfig.from_pretrained(name_or_path, revision=revision, cache_dir=cache_dir, **label_maps(label_names))
+    state_dict = load_backbone_state_dict(name_or_path, revision, cache_dir)
+    return ViTForImageClassification.from_pretrained(
+        name_or_path, config=config, state_dict=state_dict, revision=revision, cache_dir=cache_dir,
+        attn_implementation=attn_implementation,
+    )
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Parameter count, also under ZeRO-3 where each rank holds a shard (`ds_numel` is the full size)."""
+    return sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())

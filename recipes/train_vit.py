@@ -1,0 +1,172 @@
+#!/usr/bin/env python
+"""Train a ViT from scratch or fine-tune one with the Hugging Face Trainer, optionally with DeepSpeed ZeRO.
+
+Tried on a 2-core CPU (no GPU, DeepSpeed's CPU accelerator over gloo):
+
+    accelerate launch --num_processes 2 recipes/train_vit.py --ds_config ds_configs/zero2.json \
+        --model_preset vit-tiny-cpu --output_dir outputs/digits --num_train_epochs 30 --report_to none
+
+On GPUs, the study's setup (ViT-B/16 from scratch at 224 px on CIFAR-100, 8 GPUs):
+
+    accelerate launch --num_processes 8 recipes/train_vit.py --ds_config ds_configs/zero0.json \
+        --model_preset vit-b-16 --dataset_name uoft-cs/cifar100 --label_column_name fine_label \
+        --per_device_train_batch_size 64 --learning_rate 1e-4 --num_train_epochs 5 --bf16 \
+        --output_dir outputs/vit-b16-cifar100
+
+Fine-tuning a Hub checkpoint: `--model_name_or_path google/vit-base-patch16-224-in21k` instead of `--model_preset`.
+Every launcher works: `python`, `accelerate launch`, `torchrun --nproc_per_node N`, `deepspeed --num_gpus N`.
+Run with `--help` for every flag (ours and TrainingArguments').
+"""
+
+import logging
+import os
+import sys
+
+import transformers
+from transformers import AutoImageProcessor
+
+from hf_vit_scaling import (
+    DEFAULT_PRESET,
+    UserInputError,
+    VitTrainer,
+    add_throughput_callback,
+    attach_transforms,
+    build_model_from_preset,
+    collate_image_batch,
+    count_parameters,
+    image_processor_for,
+    load_ds_config,
+    load_image_classification_data,
+    load_model_for_finetuning,
+    make_compute_metrics,
+    parse_args,
+    parse_slow_ranks,
+    preset_config,
+    write_model_card,
+    zero_stage,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def is_main_process() -> bool:
+    return os.environ.get("RANK", "0") == "0"
+
+
+def build_model_and_processor(model_args, label_names):
+    """From scratch (preset) or from a checkpoint (new head). Returns (model, image_processor, description)."""
+    if model_args.model_name_or_path:
+        model = load_model_for_finetuning(model_args.model_name_or_path, label_names, model_args.model_revision,
+                                          model_args.cache_dir, model_args.attn_implementation)
+        processor = AutoImageProcessor.from_pretrained(model_args.model_name_or_path,
+                                                       revision=model_args.model_revision, cache_dir=model_args.cache_dir)
+        return model, processor, f"fine-tuned from {model_args.model_name_or_path}"
+    preset = model_args.model_preset or DEFAULT_PRESET
+    config = preset_config(preset, label_names, model_args.image_size, model_args.patch_size,
+                           model_args.attn_implementation)
+    model = build_model_from_preset(config)
+    return model, image_processor_for(config), f"{preset} trained from scratch"
+
+
+def processor_size_and_norm(processor, config):
+    size = config.image_size if isinstance(config.image_size, int) else config.image_size[0]
+    return size, processor.image_mean, processor.image_std
+
+
+def card_info(model_args, data, training_args, model, model_desc, metrics, world_size, ds_config_path) -> dict:
+    gas = training_args.gradient_accumulation_steps
+    return {
+        "model_name": os.path.basename(os.path.normpath(training_args.output_dir)),
+        "model_desc": model_desc,
+        "dataset": data.source,
+        "eval_split_size": len(data.splits["validation"]),
+        "metrics": metrics,
+        "hub_model_id": training_args.hub_model_id,
+        "setup": {
+            "model": model_args.model_name_or_path or (model_args.model_preset or DEFAULT_PRESET),
+            "parameters": f"{count_parameters(model) / 1e6:.2f} M",
+            "image size": model.config.image_size,
+            "patch size": model.config.patch_size,
+            "classes": len(data.label_names),
+            "ds_config": ds_config_path or "none (plain Trainer)",
+            "world size": world_size,
+            "per-device batch": training_args.per_device_train_batch_size,
+            "gradient accumulation": gas,
+            "global batch": training_args.per_device_train_batch_size * gas * world_size,
+            "learning rate": training_args.learning_rate,
+            "epochs": training_args.num_train_epochs if training_args.max_steps <= 0 else f"{training_args.max_steps} steps",
+            "precision": "bf16" if training_args.bf16 else ("fp16" if training_args.fp16 else "fp32"),
+            "seed": training_args.seed,
+        },
+    }
+
+
+def main(argv=None) -> int:
+    try:
+        model_args, data_args, scaling_args, training_args = parse_args(argv)
+    except UserInputError as err:
+        if is_main_process():
+            print(f"error: {err}", file=sys.stderr)
+        return 2
+
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
+    transformers.utils.logging.set_verbosity(training_args.get_process_log_level())
+    # Images become `pixel_values` in a transform, so the raw columns must reach it.
+    training_args.remove_unused_columns = False
+    if training_args.device.type == "cpu":
+        training_args.dataloader_pin_memory = False  # pinning needs an accelerator
+    ds_config_path = training_args.deepspeed if isinstance(training_args.deepspeed, str) else None
+    ds_config = load_ds_config(ds_config_path) if ds_config_path else None
+
+    try:
+        data = load_image_classification_data(data_args, seed=training_args.seed, cache_dir=model_args.cache_dir)
+        model, processor, model_desc = build_model_and_processor(model_args, data.label_names)
+    except UserInputError as err:
+        if training_args.process_index == 0:
+            print(f"error: {err}", file=sys.stderr)
+        return 2
+    size, mean, std = processor_size_and_norm(processor, model.config)
+    splits = attach_transforms(data, size, mean, std, data_args)
+
+    trainer = VitTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=splits["train"],
+        eval_dataset=splits["validation"],
+        data_collator=collate_image_batch,
+        compute_metrics=make_compute_metrics(len(data.label_names)),
+        processing_class=processor,
+    )
+    add_throughput_callback(trainer, warmup_steps=scaling_args.throughput_warmup_steps,
+                            peak_tflops=scaling_args.peak_tflops, ds_config=ds_config,
+                            slow_ranks=parse_slow_ranks(scaling_args.simulate_slow_ranks))
+
+    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model()  # model.safetensors + config + image processor (ZeRO-3: gathered 16-bit weights)
+    train_metrics = dict(train_result.metrics, train_samples=len(splits["train"]))
+    trainer.log_metrics("train", train_metrics)
+    trainer.save_metrics("train", train_metrics)
+    trainer.save_state()
+
+    eval_metrics = trainer.evaluate()
+    eval_metrics["eval_samples"] = len(splits["validation"])
+    trainer.log_metrics("eval", eval_metrics)
+    trainer.save_metrics("eval", eval_metrics)
+
+    world_size = training_args.world_size
+    trainer.card_info = card_info(model_args, data, training_args, model, model_desc,
+                                  {k: v for k, v in eval_metrics.items() if k.startswith("eval_")},
+                                  world_size, ds_config_path)
+    if trainer.is_world_process_zero():
+        write_model_card(training_args.output_dir, trainer.card_info)
+    if training_args.push_to_hub:
+        trainer.push_to_hub()  # our create_model_card writes the same card before the upload
+    if trainer.is_world_process_zero():
+        stage = zero_stage(ds_config)
+        print(f"Done: {training_args.output_dir} (accuracy {eval_metrics.get('eval_accuracy', float('nan')):.4f}, "
+              f"{'ZeRO-' + str(stage) if stage is not None else 'no DeepSpeed'}, {world_size} process(es))")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
