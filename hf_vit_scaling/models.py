@@ -115,9 +115,9 @@ def load_model_for_finetuning(name_or_path: str, label_names: list[str], revisio
         raise UserInputError(f"--model_name_or_path {name_or_path!r} has no config.json. Fix: pass a saved model folder.")
     config = ViTConfig.from_pretrained(name_or_path, revision=revision, cache_dir=cache_dir, **label_maps(label_names))
     state_dict = load_backbone_state_dict(name_or_path, revision, cache_dir)
+    # With `state_dict`, transformers wants no name: the weights come from the dict, the shapes from `config`.
     return ViTForImageClassification.from_pretrained(
-        name_or_path, config=config, state_dict=state_dict, revision=revision, cache_dir=cache_dir,
-        attn_implementation=attn_implementation,
+        None, config=config, state_dict=state_dict, attn_implementation=attn_implementation
     )
 
 

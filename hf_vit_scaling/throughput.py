@@ -16,7 +16,8 @@ batches are counted as they are. The first `warmup_steps` optimizer steps are ex
               deepspeed}, simulated_slow_ranks {rank: factor} (a SIMULATION when non-empty)
   throughput: images_per_s, images_per_s_per_device, images_measured, steps_measured, warmup_steps,
               measured_time_s, nominal_images_per_step (per-device batch x accumulation x world size)
-  step_time_s: mean, median, p90 (consecutive step ends), compute_mean, data_wait_mean, data_wait_fraction
+  step_time_s: mean, median, p90 (consecutive step ends), compute_mean, data_wait_mean, data_wait_fraction,
+              est_sync_and_optimizer_mean (compute - 3 x forward)
   flops:      forward_macs_per_image, train_flops_per_image (3 x 2 x MACs), achieved_tflops_per_device,
               achieved_tflops_total, peak_tflops_per_device, peak_source (user | table | matmul-probe | none), mfu
   memory:     per_rank [{rank, allocated_peak_bytes, reserved_peak_bytes, rss_peak_bytes}], max_bytes, kind
@@ -50,6 +51,20 @@ from .models import count_parameters
 
 SCHEMA_VERSION = 1
 REPORT_FILENAME = "throughput.json"
+# Keys of each section of throughput.json (schema version 1); README "Throughput report" explains each one.
+REPORT_SCHEMA = {
+    "setup": ["world_size", "num_nodes", "per_device_train_batch_size", "gradient_accumulation_steps",
+              "global_batch_size", "zero_stage", "offload", "precision", "image_size", "patch_size", "tokens_per_image",
+              "num_parameters", "devices", "hostnames", "versions", "simulated_slow_ranks"],
+    "throughput": ["images_per_s", "images_per_s_per_device", "images_measured", "steps_measured", "warmup_steps",
+                   "measured_time_s", "nominal_images_per_step"],
+    "step_time_s": ["mean", "median", "p90", "compute_mean", "data_wait_mean", "data_wait_fraction",
+                    "est_sync_and_optimizer_mean"],
+    "flops": ["forward_macs_per_image", "train_flops_per_image", "achieved_tflops_per_device", "achieved_tflops_total",
+              "peak_tflops_per_device", "peak_source", "mfu"],
+    "memory": ["per_rank", "kind", "max_bytes"],
+    "ranks": ["per_rank", "fastest_rank", "slowest_rank", "spread", "est_sync_wait_s_total"],
+}
 MAX_STEPS_GATHERED = 20_000  # per-step arrays beyond this are trimmed to the last steps before gathering
 
 
@@ -247,7 +262,7 @@ class ThroughputCallback(TrainerCallback):
     # ------------------------------------------------------------------ figures
 
     def _measured_steps(self) -> list[int]:
-        """Indices of steps after warm-up whose preceding interval is a real data wait (no eval/save in it)."""
+        """Indices of the steps after warm-up (an interval with an eval/save before a step counts no data wait)."""
         return [i for i in range(self.warmup_steps, len(self.compute))]
 
     def _local_figures(self) -> dict:
@@ -348,6 +363,9 @@ class ThroughputCallback(TrainerCallback):
                 "compute_mean": main["compute_mean"], "data_wait_mean": main["data_wait_mean"],
                 "data_wait_fraction": (main["data_wait_mean"] / main["step_time_mean"]
                                        if main["data_wait_mean"] is not None and main["step_time_mean"] else None),
+                # compute - 3 x forward: gradient communication (incl. waiting), optimizer step, ZeRO gathers.
+                "est_sync_and_optimizer_mean": (main["compute_mean"] - 3.0 * main["forward_mean"]
+                                                if main["compute_mean"] is not None else None),
             },
             "flops": {
                 "forward_macs_per_image": vit_forward_macs_per_image(config),
@@ -391,7 +409,8 @@ def format_report(report: dict) -> str:
         f"images/s     {_fmt(t['images_per_s'], '.1f')} total, {_fmt(t['images_per_s_per_device'], '.1f')} per device "
         f"({t['images_measured']} images over {t['steps_measured']} steps, first {t['warmup_steps']} excluded)",
         f"step time    mean {_fmt(st['mean'], '.4f', ' s')}, median {_fmt(st['median'], '.4f', ' s')}, "
-        f"p90 {_fmt(st['p90'], '.4f', ' s')}; compute {_fmt(st['compute_mean'], '.4f', ' s')}, data wait "
+        f"p90 {_fmt(st['p90'], '.4f', ' s')}; compute {_fmt(st['compute_mean'], '.4f', ' s')} (of which est. "
+        f"sync + optimizer {_fmt(st['est_sync_and_optimizer_mean'], '.4f', ' s')}), data wait "
         f"{_fmt(st['data_wait_mean'], '.4f', ' s')}",
         f"FLOPs        {fl['forward_macs_per_image'] / 1e9:.3f} GMACs forward/image, "
         f"{fl['train_flops_per_image'] / 1e9:.3f} GFLOP train/image; achieved "
@@ -425,7 +444,8 @@ def load_throughput_report(path: str) -> dict:
         report = json.load(f)
     if report.get("schema_version") != SCHEMA_VERSION:
         raise ValueError(f"{path}: throughput report schema {report.get('schema_version')} != {SCHEMA_VERSION}")
-    missing = [k for k in ("setup", "throughput", "step_time_s", "flops", "memory", "ranks") if k not in report]
+    missing = [f"{section}.{key}" for section, keys in REPORT_SCHEMA.items() for key in keys
+               if key not in report.get(section, {})]
     if missing:
-        raise ValueError(f"{path}: throughput report lacks sections {missing}")
+        raise ValueError(f"{path}: throughput report lacks {', '.join(missing)}")
     return report

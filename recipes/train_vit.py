@@ -155,7 +155,8 @@ def main(argv=None) -> int:
 
     world_size = training_args.world_size
     trainer.card_info = card_info(model_args, data, training_args, model, model_desc,
-                                  {k: v for k, v in eval_metrics.items() if k.startswith("eval_")},
+                                  {k: v for k, v in eval_metrics.items() if k.startswith("eval_") and "runtime" not in k
+                                   and "per_second" not in k},
                                   world_size, ds_config_path)
     if trainer.is_world_process_zero():
         write_model_card(training_args.output_dir, trainer.card_info)

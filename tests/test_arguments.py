@@ -1,0 +1,94 @@
+import json
+
+import pytest
+
+from hf_vit_scaling import UserInputError, load_ds_config, parse_args, parse_slow_ranks
+from hf_vit_scaling.deepspeed_config import offload_targets, zero_stage
+
+
+def test_defaults_parse_and_cpu_is_chosen_without_accelerator(tmp_path):
+    model_args, data_args, scaling_args, training_args = parse_args(["--output_dir", str(tmp_path)])
+    assert model_args.model_preset is None and model_args.model_name_or_path is None
+    assert data_args.dataset_name is None  # built-in digits
+    assert scaling_args.ds_config is None and training_args.deepspeed is None
+    assert training_args.use_cpu is True
+
+
+def test_lone_json_file_is_parsed(tmp_path):
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"output_dir": str(tmp_path / "out"), "model_preset": "vit-s-16",
+                                     "per_device_train_batch_size": 7, "crop_scale_min": 0.3}))
+    model_args, data_args, _, training_args = parse_args([str(args_file)])
+    assert model_args.model_preset == "vit-s-16"
+    assert training_args.per_device_train_batch_size == 7
+    assert data_args.crop_scale_min == 0.3
+
+
+def test_lone_yaml_file_is_parsed(tmp_path):
+    args_file = tmp_path / "args.yaml"
+    args_file.write_text(f"output_dir: {tmp_path / 'out'}\nmodel_preset: vit-ti-16\nhorizontal_flip: false\n")
+    model_args, data_args, _, _ = parse_args([str(args_file)])
+    assert model_args.model_preset == "vit-ti-16" and data_args.horizontal_flip is False
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--model_preset", "vit-b-16", "--model_name_or_path", "google/vit-base-patch16-224"], "--model_preset"),
+        (["--model_name_or_path", "x", "--image_size", "64"], "--image_size"),
+        (["--dataset_name", "a", "--train_dir", "b"], "--dataset_name"),
+        (["--validation_dir", "b"], "--validation_dir"),
+        (["--train_dir", "/does/not/exist"], "--train_dir"),
+        (["--train_val_split", "1.5"], "--train_val_split"),
+        (["--max_train_samples", "0"], "--max_train_samples"),
+        (["--simulate_slow_ranks", "1-2"], "--simulate_slow_ranks"),
+        (["--simulate_slow_ranks", "1:0.5"], "--simulate_slow_ranks"),
+        (["--ds_config", "/nope.json"], "--ds_config"),
+    ],
+)
+def test_bad_arguments_name_the_flag(tmp_path, argv, flag):
+    with pytest.raises(UserInputError, match=flag):
+        parse_args(["--output_dir", str(tmp_path), *argv])
+
+
+def test_ds_config_checks(tmp_path):
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_text("{not json")
+    with pytest.raises(UserInputError, match="not valid JSON"):
+        load_ds_config(str(bad_json))
+    not_object = tmp_path / "list.json"
+    not_object.write_text("[1, 2]")
+    with pytest.raises(UserInputError, match="JSON object"):
+        load_ds_config(str(not_object))
+    stage7 = tmp_path / "stage7.json"
+    stage7.write_text(json.dumps({"zero_optimization": {"stage": 7}}))
+    with pytest.raises(UserInputError, match="stage is 7"):
+        load_ds_config(str(stage7))
+
+
+def test_shipped_configs_leave_trainer_owned_values_auto():
+    from pathlib import Path
+
+    for path in sorted(Path(__file__).resolve().parents[1].glob("ds_configs/*.json")):
+        config = load_ds_config(str(path))
+        for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                    "gradient_clipping"):
+            assert config[key] == "auto", (path.name, key)
+        assert "scheduler" not in config, path.name  # the Trainer's --lr_scheduler_type stays in charge
+        for value in config.get("optimizer", {}).get("params", {}).values():
+            assert value == "auto", path.name
+        stage = int(path.stem[4])
+        assert zero_stage(config) == stage
+        assert bool(offload_targets(config)) == path.stem.endswith("offload")
+
+
+def test_zero3_configs_gather_weights_on_save():
+    from pathlib import Path
+
+    for path in Path(__file__).resolve().parents[1].glob("ds_configs/zero3*.json"):
+        assert load_ds_config(str(path))["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
+
+
+def test_parse_slow_ranks():
+    assert parse_slow_ranks("1:2.0,3:1.5") == {1: 2.0, 3: 1.5}
+    assert parse_slow_ranks(None) == {}
