@@ -1,0 +1,63 @@
+"""Bad input: one clear message naming the flag or file and the fix, exit code 2, nothing passed off as a result."""
+
+import json
+
+import numpy as np
+import pytest
+from datasets import Dataset, DatasetDict, Features, Value
+from datasets import Image as ImageFeature
+from helpers import run_recipe
+from PIL import Image
+
+
+def _saved_dataset(path, label_type="string"):
+    images = [Image.fromarray(np.full((6, 6), 30 * i, dtype=np.uint8), mode="L") for i in range(4)]
+    labels = ["a", "b", "a", "b"] if label_type == "string" else [0, 1, 0, 1]
+    ds = Dataset.from_dict({"image": images, "label": labels},
+                           features=Features({"image": ImageFeature(), "label": Value(label_type)}))
+    DatasetDict(train=ds).save_to_disk(str(path))
+    return str(path)
+
+
+def _folder(path, corrupt=False, empty=False):
+    (path / "cat").mkdir(parents=True)
+    if empty:
+        (path / "cat" / "readme.txt").write_text("nothing")
+        return str(path)
+    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(path / "cat" / "ok.png")
+    if corrupt:
+        (path / "cat" / "bad_photo.jpg").write_bytes(b"\xff\xd8\xff not really")
+    return str(path)
+
+
+CASES = {
+    "missing ds_config": (lambda t: ["--ds_config", str(t / "nope.json")], ["--ds_config", "nope.json", "no such file"]),
+    "ds_config not JSON": (lambda t: ["--ds_config", str(t / "bad.json")], ["--ds_config", "bad.json", "not valid JSON"]),
+    "unknown ZeRO stage": (lambda t: ["--ds_config", str(t / "stage5.json")], ["stage is 5", "stages 0, 1, 2 and 3"]),
+    "unknown dataset": (lambda t: ["--dataset_name", "no-such-user/no-such-dataset"],
+                        ["--dataset_name", "no-such-user/no-such-dataset", "Fix"]),
+    "unknown column": (lambda t: ["--dataset_name", _saved_dataset(t / "ds", "int64"), "--label_column_name", "lbl"],
+                       ["--label_column_name 'lbl'", "columns: image, label"]),
+    "string labels": (lambda t: ["--dataset_name", _saved_dataset(t / "ds")], ["'label'", "not an integer or ClassLabel"]),
+    "folder without images": (lambda t: ["--train_dir", _folder(t / "imgs", empty=True)], ["--train_dir", "holds no images"]),
+    "corrupt image": (lambda t: ["--train_dir", _folder(t / "imgs", corrupt=True)], ["bad_photo.jpg", "corrupt"]),
+    "preset and checkpoint": (lambda t: ["--model_preset", "vit-b-16", "--model_name_or_path", "google/vit-base-patch16-224"],
+                              ["--model_preset", "--model_name_or_path", "exclusive"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_refused_clearly(tmp_path, case):
+    (tmp_path / "bad.json").write_text("{ this is not json")
+    (tmp_path / "stage5.json").write_text(json.dumps({"zero_optimization": {"stage": 5}}))
+    make_args, expected = CASES[case]
+    out = tmp_path / "out"
+    proc = run_recipe(out, *make_args(tmp_path), "--max_steps", "2", check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    for text in expected:
+        assert text in errors[0], errors[0]
+    assert "Traceback" not in proc.stderr
+    written = list(out.rglob("*")) if out.exists() else []
+    assert written == [], written
