@@ -16,8 +16,9 @@ from .data import (
     collate_image_batch,
     load_image_classification_data,
 )
-from .deepspeed_config import load_ds_config, offload_targets, zero_stage
+from .deepspeed_config import init_deepspeed_comm, load_ds_config, offload_targets, zero_stage
 from .errors import UserInputError
+from .fast_input import DevicePreprocessor, attach_uint8_transforms, choose_input_path, collate_uint8_batch
 from .flops import (
     lookup_peak_tflops,
     measure_matmul_peak_tflops,
@@ -44,6 +45,7 @@ __all__ = [
     "BUILTIN_DATASET",
     "DEFAULT_PRESET",
     "DataArguments",
+    "DevicePreprocessor",
     "ImageClassificationData",
     "ImageTransform",
     "MODEL_PRESETS",
@@ -54,12 +56,16 @@ __all__ = [
     "VitTrainer",
     "add_throughput_callback",
     "attach_transforms",
+    "attach_uint8_transforms",
     "build_model_from_preset",
+    "choose_input_path",
     "collate_image_batch",
+    "collate_uint8_batch",
     "count_parameters",
     "ensure_single_process_env",
     "format_report",
     "image_processor_for",
+    "init_deepspeed_comm",
     "load_ds_config",
     "load_image_classification_data",
     "load_model_for_finetuning",

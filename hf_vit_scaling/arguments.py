@@ -92,6 +92,15 @@ class DataArguments:
         default=0.08, metadata={"help": "Smallest crop area fraction for --random_resized_crop (torchvision: 0.08)."}
     )
     horizontal_flip: bool = field(default=True, metadata={"help": "Training augmentation: random horizontal flip."})
+    input_path: str = field(
+        default="auto",
+        metadata={
+            "help": "device: uint8 batches to the device, resize/augment/normalise there, batched (fast; one image size "
+            "per batch). per_sample: resize and augment each image on the CPU (any sizes). auto: device when the "
+            "images share one size.",
+            "choices": ["auto", "device", "per_sample"],
+        },
+    )
 
 
 @dataclass

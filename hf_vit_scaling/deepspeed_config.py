@@ -46,3 +46,16 @@ def offload_targets(config: dict[str, Any] | None) -> dict[str, str]:
         if device not in (None, "none"):
             targets[state] = device
     return targets
+
+
+def init_deepspeed_comm() -> None:
+    """Make `deepspeed.comm` use the process group accelerate already started, before the model is built.
+
+    On CPU (gloo) accelerate sets up torch.distributed but not deepspeed.comm; ZeRO-3 builds the model under
+    `deepspeed.zero.Init`, which then sees a world size of 1 and rejects the batch sizes filled for the real world.
+    """
+    import deepspeed
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and not deepspeed.comm.is_initialized():
+        deepspeed.init_distributed(dist_backend=dist.get_backend())

@@ -6,8 +6,8 @@ import os
 import torch
 from huggingface_hub.errors import EntryNotFoundError
 from safetensors.torch import load_file
-from transformers import AutoModelForImageClassification, ViTConfig, ViTForImageClassification, ViTImageProcessor
-from transformers.utils import cached_file
+from transformers import AutoModelForImageClassification, ViTConfig, ViTForImageClassification
+from transformers.utils import cached_file, is_torchvision_available
 
 from .errors import UserInputError
 
@@ -63,10 +63,17 @@ def build_model_from_preset(config: ViTConfig) -> ViTForImageClassification:
     return AutoModelForImageClassification.from_config(config, attn_implementation=config._attn_implementation)
 
 
-def image_processor_for(config: ViTConfig) -> ViTImageProcessor:
-    """The processor saved beside a from-scratch model: resize to the model's size, normalise to [-1, 1]."""
+def image_processor_for(config: ViTConfig):
+    """The processor saved beside a from-scratch model: resize to the model's size, normalise to [-1, 1].
+
+    The torchvision-backed `ViTImageProcessor` where torchvision is installed, else its PIL twin (same config file).
+    """
+    if is_torchvision_available():
+        from transformers import ViTImageProcessor as processor_class
+    else:
+        from transformers import ViTImageProcessorPil as processor_class
     size = config.image_size
-    return ViTImageProcessor(size={"height": size, "width": size}, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    return processor_class(size={"height": size, "width": size}, image_mean=[0.5] * 3, image_std=[0.5] * 3)
 
 
 def _checkpoint_files(name_or_path: str, revision: str, cache_dir: str | None) -> list[str]:

@@ -27,14 +27,19 @@ from transformers import AutoImageProcessor
 
 from hf_vit_scaling import (
     DEFAULT_PRESET,
+    DevicePreprocessor,
     UserInputError,
     VitTrainer,
     add_throughput_callback,
     attach_transforms,
+    attach_uint8_transforms,
     build_model_from_preset,
+    choose_input_path,
     collate_image_batch,
+    collate_uint8_batch,
     count_parameters,
     image_processor_for,
+    init_deepspeed_comm,
     load_ds_config,
     load_image_classification_data,
     load_model_for_finetuning,
@@ -117,6 +122,8 @@ def main(argv=None) -> int:
         training_args.dataloader_pin_memory = False  # pinning needs an accelerator
     ds_config_path = training_args.deepspeed if isinstance(training_args.deepspeed, str) else None
     ds_config = load_ds_config(ds_config_path) if ds_config_path else None
+    if ds_config is not None:
+        init_deepspeed_comm()  # ZeRO-3 builds the model partitioned: DeepSpeed must know the world first
 
     try:
         data = load_image_classification_data(data_args, seed=training_args.seed, cache_dir=model_args.cache_dir)
@@ -126,14 +133,21 @@ def main(argv=None) -> int:
             print(f"error: {err}", file=sys.stderr)
         return 2
     size, mean, std = processor_size_and_norm(processor, model.config)
-    splits = attach_transforms(data, size, mean, std, data_args)
+    input_path = choose_input_path(data, data_args.input_path)
+    if input_path == "device":
+        # uint8 batches cross to the device; resize, augmentation and normalisation run there, batched.
+        splits, collate = attach_uint8_transforms(data), collate_uint8_batch
+        DevicePreprocessor(size, mean, std, data_args.random_resized_crop, data_args.crop_scale_min,
+                           data_args.horizontal_flip).attach(model)
+    else:
+        splits, collate = attach_transforms(data, size, mean, std, data_args), collate_image_batch
 
     trainer = VitTrainer(
         model=model,
         args=training_args,
         train_dataset=splits["train"],
         eval_dataset=splits["validation"],
-        data_collator=collate_image_batch,
+        data_collator=collate,
         compute_metrics=make_compute_metrics(len(data.label_names)),
         processing_class=processor,
     )

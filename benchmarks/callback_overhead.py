@@ -1,0 +1,102 @@
+#!/usr/bin/env python
+"""Overhead of the throughput-report callback: Trainer step time with and without it, measured side by side.
+
+    python benchmarks/callback_overhead.py --model_preset vit-tiny-cpu --image_size 32 --steps 200 --repeats 3
+
+Method: one process, the same model, data, seed and threads in both arms. Each arm is a fresh Trainer run of
+`--steps` optimizer steps; arms alternate (with, without, with, without, ...) `--repeats` times to cancel drift.
+Step time is taken by a minimal timing callback present in both arms (time between consecutive `on_step_end`),
+the first `--warmup` steps of each run dropped; the figure per arm is the median over all its steps.
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+
+import torch
+import transformers
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+from hf_vit_scaling import (
+    DataArguments,
+    ThroughputCallback,
+    attach_transforms,
+    build_model_from_preset,
+    collate_image_batch,
+    image_processor_for,
+    load_image_classification_data,
+    preset_config,
+)
+
+
+class StepTimer(TrainerCallback):
+    def __init__(self):
+        self.ends = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.ends.append(time.perf_counter())
+
+
+def one_run(with_report: bool, args, data) -> list[float]:
+    torch.manual_seed(0)
+    config = preset_config(args.model_preset, data.label_names, image_size=args.image_size)
+    model = build_model_from_preset(config)
+    processor = image_processor_for(config)
+    splits = attach_transforms(data, config.image_size, processor.image_mean, processor.image_std,
+                               DataArguments(horizontal_flip=False, crop_scale_min=0.5))
+    with tempfile.TemporaryDirectory() as out:
+        training_args = TrainingArguments(
+            output_dir=out, max_steps=args.steps, per_device_train_batch_size=args.batch_size, use_cpu=True,
+            report_to="none", save_strategy="no", logging_steps=50, disable_tqdm=True, remove_unused_columns=False,
+            dataloader_pin_memory=False, seed=0,
+        )
+        timer = StepTimer()
+        trainer = Trainer(model=model, args=training_args, train_dataset=splits["train"],
+                          data_collator=collate_image_batch, callbacks=[timer])
+        if with_report:
+            trainer.callback_handler.callbacks.insert(0, ThroughputCallback(warmup_steps=args.warmup,
+                                                                            peak_tflops=1.0, print_table=False))
+        trainer.train()
+    deltas = [b - a for a, b in zip(timer.ends, timer.ends[1:])]
+    return deltas[args.warmup:]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model_preset", default="vit-tiny-cpu", help="Preset to time.")
+    parser.add_argument("--image_size", type=int, default=32, help="Input resolution.")
+    parser.add_argument("--batch_size", type=int, default=32, help="Per-device batch size.")
+    parser.add_argument("--steps", type=int, default=200, help="Optimizer steps per run.")
+    parser.add_argument("--warmup", type=int, default=10, help="Steps dropped at the start of each run.")
+    parser.add_argument("--repeats", type=int, default=3, help="Runs per arm, alternated.")
+    parser.add_argument("--output", default=None, help="Write the result as JSON here.")
+    args = parser.parse_args()
+    transformers.logging.set_verbosity_error()
+    data = load_image_classification_data(DataArguments(), seed=0)
+    times = {"with": [], "without": []}
+    for _ in range(args.repeats):
+        times["with"] += one_run(True, args, data)
+        times["without"] += one_run(False, args, data)
+    median = {arm: statistics.median(v) for arm, v in times.items()}
+    result = {
+        "setup": {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
+                  "threads": torch.get_num_threads(), "torch": torch.__version__,
+                  "transformers": transformers.__version__, "model_preset": args.model_preset,
+                  "image_size": args.image_size, "batch_size": args.batch_size, "deepspeed": "none (plain Trainer)",
+                  "steps_per_run": args.steps, "warmup_dropped": args.warmup, "repeats": args.repeats},
+        "median_step_s": median,
+        "ratio_with_over_without": median["with"] / median["without"],
+    }
+    print(json.dumps(result, indent=2))
+    if args.output:
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+        with open(args.output, "w") as f:
+            json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""The fast input path: uint8 batches on the host, resize + augmentation + normalisation batched on the device.
+
+Why: resizing CIFAR-sized images to 224 px one by one on the CPU (the per-sample path, as the HF example does) and
+moving float32 224x224 tensors costs 3*224*224*4 = 602,112 bytes per image; the uint8 32x32 original is
+3*32*32 = 3,072 bytes, 196x less. Here the DataLoader only decodes to uint8 and stacks; the model's forward
+pre-hook turns the uint8 batch into normalised float pixels at the model's size, on whatever device the model is.
+
+Training augmentation (random resized crop with scale in [crop_scale_min, 1] and ratio in [3/4, 4/3], horizontal
+flip) is one batched `affine_grid` + `grid_sample` (bilinear): each sample gets its own crop box and flip.
+Evaluation only resizes (bilinear). All images in a batch must share one size (true for CIFAR, digits, any
+pre-resized dataset); use the per-sample path for variable-size images.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .data import ImageClassificationData, pil_to_uint8_tensor
+from .errors import UserInputError
+
+
+def attach_uint8_transforms(data: ImageClassificationData):
+    """Host side of the fast path: each example becomes a uint8 (3, H, W) tensor at its stored size."""
+
+    def apply(batch):
+        return {"pixel_values": [pil_to_uint8_tensor(img) for img in batch[data.image_column]],
+                "labels": batch[data.label_column]}
+
+    data.splits["train"].set_transform(apply)
+    data.splits["validation"].set_transform(apply)
+    return data.splits
+
+
+def collate_uint8_batch(examples: list[dict]) -> dict:
+    shapes = {tuple(e["pixel_values"].shape) for e in examples}
+    if len(shapes) > 1:
+        raise UserInputError(
+            f"--input_path device needs images of one size per batch, found {sorted(shapes)}. "
+            "Fix: use --input_path per_sample for variable-size images (or resize the dataset once)."
+        )
+    return {
+        "pixel_values": torch.stack([e["pixel_values"] for e in examples]),
+        "labels": torch.tensor([e["labels"] for e in examples], dtype=torch.long),
+    }
+
+
+def random_crop_flip_theta(batch: int, scale_min: float | None, flip: bool, generator=None,
+                           device=None) -> torch.Tensor:
+    """Per-sample affine matrices (B, 2, 3) for `affine_grid`: a random resized crop, optionally mirrored.
+
+    In normalised coordinates ([-1, 1]) a crop of relative width w and height h centred at (cx, cy) is
+    x_in = w * x_out + cx, y_in = h * y_out + cy; a flip negates w. `scale_min=None`: no crop (w = h = 1).
+    """
+    if scale_min is None:
+        w, h = torch.ones(batch, device=device), torch.ones(batch, device=device)
+        cx, cy = torch.zeros(batch, device=device), torch.zeros(batch, device=device)
+    else:
+        w, h, cx, cy = _random_crop_boxes(batch, scale_min, generator, device)
+    if flip:
+        sign = torch.where(torch.rand(batch, device=device, generator=generator) < 0.5, -1.0, 1.0)
+        w = w * sign
+    theta = torch.zeros(batch, 2, 3, device=device)
+    theta[:, 0, 0], theta[:, 0, 2] = w, cx
+    theta[:, 1, 1], theta[:, 1, 2] = h, cy
+    return theta
+
+
+def _random_crop_boxes(batch: int, scale_min: float, generator, device):
+    """Relative (w, h, cx, cy): area in [scale_min, 1], aspect ratio in [3/4, 4/3] (torchvision's defaults)."""
+    area = torch.empty(batch, device=device).uniform_(scale_min, 1.0, generator=generator)
+    log_ratio = torch.empty(batch, device=device).uniform_(math.log(3 / 4), math.log(4 / 3), generator=generator)
+    ratio = torch.exp(log_ratio)
+    w = torch.sqrt(area * ratio).clamp(max=1.0)   # relative width  (1 = whole image)
+    h = torch.sqrt(area / ratio).clamp(max=1.0)   # relative height
+    cx = (torch.rand(batch, device=device, generator=generator) * 2 - 1) * (1 - w)
+    cy = (torch.rand(batch, device=device, generator=generator) * 2 - 1) * (1 - h)
+    return w, h, cx, cy
+
+
+class DevicePreprocessor:
+    """uint8 (B, 3, H, W) on the device -> normalised float (B, 3, S, S); augments only when the model trains."""
+
+    def __init__(self, size: int, mean, std, random_resized_crop: bool = True, crop_scale_min: float = 0.08,
+                 horizontal_flip: bool = True):
+        self.size = size
+        self.mean, self.std = mean, std
+        self.crop, self.crop_scale_min, self.flip = random_resized_crop, crop_scale_min, horizontal_flip
+
+    def __call__(self, pixels: torch.Tensor, train: bool) -> torch.Tensor:
+        x = pixels.float().div_(255.0)
+        if train and (self.crop or self.flip):
+            theta = random_crop_flip_theta(x.shape[0], self.crop_scale_min if self.crop else None, self.flip,
+                                           device=x.device)
+            grid = F.affine_grid(theta, [x.shape[0], 3, self.size, self.size], align_corners=False)
+            x = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+        elif x.shape[-2:] != (self.size, self.size):
+            x = F.interpolate(x, size=(self.size, self.size), mode="bilinear", antialias=True, align_corners=False)
+        mean = torch.tensor(self.mean, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
+        std = torch.tensor(self.std, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
+        return (x - mean) / std
+
+    def attach(self, model: torch.nn.Module):
+        """Run on every forward whose `pixel_values` are uint8; returns the hook handle (saved models stay clean)."""
+
+        def pre_hook(module, args, kwargs):
+            pixels = kwargs.get("pixel_values")
+            if pixels is not None and pixels.dtype == torch.uint8:
+                kwargs["pixel_values"] = self(pixels, train=module.training)
+            return args, kwargs
+
+        return model.register_forward_pre_hook(pre_hook, with_kwargs=True)
+
+
+INPUT_PATHS = ("auto", "device", "per_sample")
+
+
+def images_share_one_size(data: ImageClassificationData, probe: int = 64) -> bool:
+    """True when the first `probe` training images (and as many validation images) have one size."""
+    sizes = set()
+    for split in ("train", "validation"):
+        subset = data.splits[split].select(range(min(probe, len(data.splits[split]))))
+        sizes.update(img.size for img in subset[data.image_column])
+    return len(sizes) == 1
+
+
+def choose_input_path(data: ImageClassificationData, requested: str) -> str:
+    """'auto' -> 'device' when images share one size (CIFAR, digits, pre-resized sets), else 'per_sample'."""
+    if requested not in INPUT_PATHS:
+        raise UserInputError(f"--input_path {requested!r}: use one of {', '.join(INPUT_PATHS)}.")
+    if requested == "auto":
+        return "device" if images_share_one_size(data) else "per_sample"
+    return requested

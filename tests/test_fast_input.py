@@ -1,0 +1,71 @@
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from test_data import MIXED, make_image_folder
+
+from hf_vit_scaling import (
+    DataArguments,
+    DevicePreprocessor,
+    ImageTransform,
+    UserInputError,
+    choose_input_path,
+    collate_uint8_batch,
+    load_image_classification_data,
+)
+from hf_vit_scaling.fast_input import pil_to_uint8_tensor, random_crop_flip_theta
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def _images(n=6, side=12):
+    rng = np.random.default_rng(0)
+    return [Image.fromarray(rng.integers(0, 255, (side, side, 3), dtype=np.uint8)) for _ in range(n)]
+
+
+def test_device_eval_matches_per_sample_eval():
+    images = _images()
+    per_sample = torch.stack([ImageTransform(40, MEAN, STD, train=False)(img) for img in images])
+    batch = collate_uint8_batch([{"pixel_values": pil_to_uint8_tensor(img), "labels": 0} for img in images])
+    assert batch["pixel_values"].dtype == torch.uint8  # what crosses to the device: 3*12*12 bytes per image
+    device = DevicePreprocessor(40, MEAN, STD)(batch["pixel_values"], train=False)
+    torch.testing.assert_close(device, per_sample, atol=1e-5, rtol=1e-5)
+
+
+def test_device_train_augments_per_sample():
+    pixels = collate_uint8_batch([{"pixel_values": pil_to_uint8_tensor(img), "labels": 0} for img in _images(1) * 8])
+    torch.manual_seed(0)
+    out = DevicePreprocessor(16, MEAN, STD, crop_scale_min=0.3)(pixels["pixel_values"], train=True)
+    assert out.shape == (8, 3, 16, 16)
+    assert not torch.allclose(out[0], out[1])  # same image, different crops
+
+
+def test_flip_only_mirrors_exactly():
+    pixels = pil_to_uint8_tensor(_images(1, side=16)[0]).unsqueeze(0).repeat(64, 1, 1, 1)
+    prep = DevicePreprocessor(16, MEAN, STD, random_resized_crop=False, horizontal_flip=True)
+    torch.manual_seed(1)
+    out = prep(pixels, train=True)
+    plain = prep(pixels[:1], train=False)[0]
+    flipped = [torch.allclose(o, plain.flip(-1), atol=1e-5) for o in out]
+    kept = [torch.allclose(o, plain, atol=1e-5) for o in out]
+    assert all(f or k for f, k in zip(flipped, kept)) and 10 < sum(flipped) < 54
+
+
+def test_crop_boxes_respect_scale_and_stay_inside():
+    theta = random_crop_flip_theta(1000, 0.25, flip=False, generator=torch.Generator().manual_seed(0))
+    w, h, cx, cy = theta[:, 0, 0], theta[:, 1, 1], theta[:, 0, 2], theta[:, 1, 2]
+    inside = (w < 1) & (h < 1)  # boxes not clamped at the image border keep their sampled area
+    assert inside.float().mean() > 0.5 and (w * h)[inside].min() >= 0.25 - 1e-6
+    assert ((cx.abs() + w) <= 1 + 1e-6).all() and ((cy.abs() + h) <= 1 + 1e-6).all()
+
+
+def test_auto_picks_device_for_one_size_and_per_sample_for_mixed(tmp_path):
+    digits = load_image_classification_data(DataArguments(max_train_samples=64, max_eval_samples=16))
+    assert choose_input_path(digits, "auto") == "device"
+    make_image_folder(tmp_path / "train", MIXED)
+    mixed = load_image_classification_data(DataArguments(train_dir=str(tmp_path / "train"), train_val_split=0.25))
+    assert choose_input_path(mixed, "auto") == "per_sample"
+    assert choose_input_path(mixed, "device") == "device"  # the user's choice stands...
+    with pytest.raises(UserInputError, match="--input_path per_sample"):  # ...and fails clearly at collate time
+        collate_uint8_batch([{"pixel_values": torch.zeros(3, 4, 4, dtype=torch.uint8), "labels": 0},
+                             {"pixel_values": torch.zeros(3, 5, 4, dtype=torch.uint8), "labels": 1}])
