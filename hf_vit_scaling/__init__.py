@@ -26,6 +26,7 @@ from .flops import (
     vit_forward_macs_per_image,
     vit_train_flops_per_image,
 )
+from .lr_scaling import LR_SCALING_RULES, apply_lr_scaling, scaled_learning_rate
 from .metrics import make_compute_metrics, topk_accuracy
 from .model_card import VitTrainer, render_model_card, write_model_card
 from .models import (
@@ -42,6 +43,9 @@ from .throughput import ThroughputCallback, add_throughput_callback, format_repo
 __version__ = "0.1.0"
 
 __all__ = [
+    "LR_SCALING_RULES",
+    "apply_lr_scaling",
+    "scaled_learning_rate",
     "BUILTIN_DATASET",
     "DEFAULT_PRESET",
     "DataArguments",

@@ -121,6 +121,17 @@ class ScalingArguments:
         default=None,
         metadata={"help": "Per-device peak TFLOP/s for MFU. Default: a table for known GPUs, a matmul probe on CPU."},
     )
+    lr_scaling: str = field(
+        default="none",
+        metadata={
+            "help": "Scale --learning_rate with the global batch: linear (lr x B/B_ref) or sqrt (lr x sqrt(B/B_ref)), "
+            "relative to --reference_batch_size; adds a 5% warmup when none is set. none: use it as given.",
+            "choices": ["none", "linear", "sqrt"],
+        },
+    )
+    reference_batch_size: int = field(
+        default=256, metadata={"help": "Global batch at which --learning_rate was tuned (for --lr_scaling)."}
+    )
     simulate_slow_ranks: str | None = field(
         default=None,
         metadata={
@@ -268,3 +279,5 @@ def validate_args(model_args, data_args, scaling_args, training_args) -> None:
     if scaling_args.peak_tflops is not None and scaling_args.peak_tflops <= 0:
         raise UserInputError("--peak_tflops must be positive (TFLOP/s per device).")
     parse_slow_ranks(scaling_args.simulate_slow_ranks)
+    if scaling_args.reference_batch_size <= 0:
+        raise UserInputError(f"--reference_batch_size must be positive, got {scaling_args.reference_batch_size}.")

@@ -289,6 +289,9 @@ class ThroughputCallback(TrainerCallback):
             "memory": self._memory(),
             "device": _device_name(self.device),
             "hostname": platform.node(),
+            # torchrun/accelerate export the node's rank as GROUP_RANK (NODE_RANK for some launchers): two "nodes"
+            # on one host still count as two.
+            "node": f"{platform.node()}#{os.environ.get('GROUP_RANK', os.environ.get('NODE_RANK', '0'))}",
         }
 
     def _memory(self) -> dict:
@@ -333,7 +336,7 @@ class ThroughputCallback(TrainerCallback):
             "schema_version": SCHEMA_VERSION,
             "setup": {
                 "world_size": world,
-                "num_nodes": len({r["hostname"] for r in per_rank}),
+                "num_nodes": len({r["node"] for r in per_rank}),
                 "per_device_train_batch_size": args.per_device_train_batch_size,
                 "gradient_accumulation_steps": gas,
                 "global_batch_size": args.per_device_train_batch_size * gas * world,

@@ -31,6 +31,7 @@ from hf_vit_scaling import (
     UserInputError,
     VitTrainer,
     add_throughput_callback,
+    apply_lr_scaling,
     attach_transforms,
     attach_uint8_transforms,
     build_model_from_preset,
@@ -78,7 +79,8 @@ def processor_size_and_norm(processor, config):
     return size, processor.image_mean, processor.image_std
 
 
-def card_info(model_args, data, training_args, model, model_desc, metrics, world_size, ds_config_path) -> dict:
+def card_info(model_args, data, training_args, model, model_desc, metrics, world_size, ds_config_path,
+              lr_info) -> dict:
     gas = training_args.gradient_accumulation_steps
     return {
         "model_name": os.path.basename(os.path.normpath(training_args.output_dir)),
@@ -99,6 +101,8 @@ def card_info(model_args, data, training_args, model, model_desc, metrics, world
             "gradient accumulation": gas,
             "global batch": training_args.per_device_train_batch_size * gas * world_size,
             "learning rate": training_args.learning_rate,
+            "lr scaling": "none" if lr_info["rule"] == "none" else
+            f"{lr_info['rule']} from {lr_info['base_lr']:g} at batch {lr_info['reference_batch']}",
             "epochs": training_args.num_train_epochs if training_args.max_steps <= 0 else f"{training_args.max_steps} steps",
             "precision": "bf16" if training_args.bf16 else ("fp16" if training_args.fp16 else "fp32"),
             "seed": training_args.seed,
@@ -121,6 +125,7 @@ def main(argv=None) -> int:
     if training_args.device.type == "cpu":
         training_args.dataloader_pin_memory = False  # pinning needs an accelerator
     ds_config_path = training_args.deepspeed if isinstance(training_args.deepspeed, str) else None
+    lr_info = apply_lr_scaling(training_args, scaling_args.lr_scaling, scaling_args.reference_batch_size)
     ds_config = load_ds_config(ds_config_path) if ds_config_path else None
     if ds_config is not None:
         init_deepspeed_comm()  # ZeRO-3 builds the model partitioned: DeepSpeed must know the world first
@@ -171,7 +176,7 @@ def main(argv=None) -> int:
     trainer.card_info = card_info(model_args, data, training_args, model, model_desc,
                                   {k: v for k, v in eval_metrics.items() if k.startswith("eval_") and "runtime" not in k
                                    and "per_second" not in k},
-                                  world_size, ds_config_path)
+                                  world_size, ds_config_path, lr_info)
     if trainer.is_world_process_zero():
         write_model_card(training_args.output_dir, trainer.card_info)
     if training_args.push_to_hub:

@@ -1,0 +1,275 @@
+#!/usr/bin/env python
+"""Run the study's experiments as one command: a grid of launched training runs, then tables and plots.
+
+Each cell is its own launched job (`torchrun` by default) of recipes/train_vit.py; its throughput.json is collected
+into `results.csv`, `report.md` and PNG plots in --output_dir. Rerunning skips finished cells; a failing cell
+(crash, out of memory, timeout) is recorded with its reason and the study goes on. Arguments after `--` go to every
+training run unchanged.
+
+Tried on a 2-core CPU (one thread per process, each pinned to its own core):
+
+    python recipes/scaling_study.py --study strong --processes 1,2 --global_batch_size 64 \
+        --output_dir outputs/strong -- --model_preset vit-tiny-cpu --image_size 32 --max_steps 60
+
+The study's 1 -> 32 GPU strong scaling on a SLURM cluster: see `slurm/scaling_study.sbatch`; every node runs this
+script with the same grid and `--nnodes/--node_rank/--master_addr`.
+"""
+
+import csv
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import HfArgumentParser
+
+from hf_vit_scaling.scaling import (
+    RESULT_FIELDS,
+    STUDY_COLUMNS,
+    add_scaling_columns,
+    markdown_table,
+    plot_study,
+)
+
+RECIPE = Path(__file__).resolve().parent / "train_vit.py"
+STUDIES = ("batch", "accumulation", "strong", "weak", "zero")
+
+
+@dataclass
+class StudyArguments:
+    study: str = field(metadata={"help": "Which experiment: " + ", ".join(STUDIES) + ".", "choices": list(STUDIES)})
+    output_dir: str = field(metadata={"help": "Folder for results.csv, report.md, plots and runs/<cell>/."})
+    processes: str = field(default="1,2", metadata={"help": "Processes per node to try, comma-separated."})
+    batch_sizes: str = field(default="16,32,64,128,256",
+                             metadata={"help": "Per-device batch sizes for --study batch (the study: 16-256)."})
+    accumulation_steps: str = field(default="1,2,4,8", metadata={"help": "Accumulation steps for --study accumulation."})
+    per_device_batch_size: int = field(default=32, metadata={"help": "Per-device batch (weak, zero, accumulation)."})
+    global_batch_size: int = field(default=64, metadata={"help": "Global batch held fixed in --study strong."})
+    weak_fraction_per_process: float = field(
+        default=0.1, metadata={"help": "Share of the training data per process in --study weak (the study: 0.1)."})
+    ds_configs: str = field(
+        default="zero0",
+        metadata={"help": "ds_configs/ names, comma-separated ('none' = plain Trainer). --study zero default: "
+                  "zero0,zero1,zero2,zero2_offload,zero3,zero3_offload."})
+    simulate_slow_ranks: str = field(
+        default="", metadata={"help": "Heterogeneity dimension: ';'-separated --simulate_slow_ranks values, '' = off."})
+    launcher: str = field(default="torchrun", metadata={"help": "torchrun or accelerate.",
+                                                        "choices": ["torchrun", "accelerate"]})
+    threads_per_process: int = field(default=1, metadata={"help": "OMP_NUM_THREADS for every process."})
+    pin_cores: bool = field(default=True, metadata={"help": "Pin each run to its first N x threads cores (taskset), "
+                                                            "so 1- and N-process runs get fair CPU shares."})
+    nnodes: int = field(default=1, metadata={"help": "Nodes per run (multi-node: run this script on every node)."})
+    node_rank: int = field(default=0, metadata={"help": "This node's rank; only node 0 writes results."})
+    master_addr: str = field(default="127.0.0.1", metadata={"help": "Address of node 0 (multi-node)."})
+    master_port: int = field(default=29400, metadata={"help": "Base port; cell k uses master_port + k."})
+    timeout_s: int = field(default=1800, metadata={"help": "Per-run time limit; a run past it is recorded as failed."})
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def build_grid(a: StudyArguments) -> list[dict]:
+    """One dict per run: processes, per-device batch, accumulation, ds_config, slow ranks, data fraction."""
+    configs = [c for c in a.ds_configs.split(",") if c]
+    if a.study == "zero" and a.ds_configs == "zero0":
+        configs = ["zero0", "zero1", "zero2", "zero2_offload", "zero3", "zero3_offload"]
+    slow = [s for s in a.simulate_slow_ranks.split(";") if s] or [""]
+    grid = []
+    for n in _ints(a.processes):
+        world = n * a.nnodes
+        for ds in configs:
+            for sl in slow:
+                base = dict(processes=n, world=world, ds_config=ds, slow=sl, grad_accum=1,
+                            per_device_batch=a.per_device_batch_size, fraction=None)
+                if a.study == "batch":
+                    grid += [dict(base, per_device_batch=b) for b in _ints(a.batch_sizes)]
+                elif a.study == "accumulation":
+                    grid += [dict(base, grad_accum=k) for k in _ints(a.accumulation_steps)]
+                elif a.study == "strong":
+                    if a.global_batch_size % world:
+                        raise SystemExit(f"error: --global_batch_size {a.global_batch_size} does not divide over "
+                                         f"{world} processes. Fix: pick a multiple of every process count.")
+                    grid.append(dict(base, per_device_batch=a.global_batch_size // world))
+                elif a.study == "weak":
+                    grid.append(dict(base, fraction=min(1.0, a.weak_fraction_per_process * world)))
+                else:
+                    grid.append(base)
+    for cell in grid:
+        cell["global_batch"] = cell["per_device_batch"] * cell["grad_accum"] * cell["world"]
+        slow_tag = f"-slow{cell['slow'].replace(':', 'x').replace(',', '_')}" if cell["slow"] else ""
+        cell["name"] = (f"{a.study}-n{cell['processes']}x{a.nnodes}-b{cell['per_device_batch']}-a{cell['grad_accum']}"
+                        f"-{cell['ds_config']}{slow_tag}")
+    return grid
+
+
+def count_train_images(extra: list[str]) -> int:
+    """Training-split size for the data the extra arguments name (before weak-scaling subsampling)."""
+    from hf_vit_scaling import DataArguments, load_image_classification_data
+
+    data_args, _ = HfArgumentParser(DataArguments).parse_known_args(extra)
+    return len(load_image_classification_data(data_args).splits["train"])
+
+
+def cell_command(a: StudyArguments, cell: dict, index: int, run_dir: str, extra: list[str], n_train: int) -> list:
+    n, threads = cell["processes"], a.threads_per_process
+    port = str(a.master_port + index)
+    if a.launcher == "torchrun":
+        launch = ["torchrun", "--nproc_per_node", str(n), "--nnodes", str(a.nnodes), "--node_rank", str(a.node_rank),
+                  "--master_addr", a.master_addr, "--master_port", port]
+    else:
+        launch = ["accelerate", "launch", "--multi_gpu", "--num_processes", str(cell["world"]), "--num_machines",
+                  str(a.nnodes), "--machine_rank", str(a.node_rank), "--main_process_ip", a.master_addr,
+                  "--main_process_port", port, "--mixed_precision", "no", "--dynamo_backend", "no"]
+    launch[0] = str(Path(sys.executable).parent / launch[0])
+    pin = ["taskset", "-c", f"0-{n * threads - 1}"] if a.pin_cores and n * threads <= (os.cpu_count() or 1) else []
+    args = ["--output_dir", run_dir, "--per_device_train_batch_size", str(cell["per_device_batch"]),
+            "--gradient_accumulation_steps", str(cell["grad_accum"]), "--save_strategy", "no",
+            "--report_to", "none", "--disable_tqdm", "true"]
+    if cell["ds_config"] != "none":
+        args += ["--ds_config", str(RECIPE.parents[1] / "ds_configs" / f"{cell['ds_config']}.json")]
+    if cell["fraction"] is not None:
+        args += ["--max_train_samples", str(max(1, int(cell["fraction"] * n_train)))]
+    if cell["slow"]:
+        args += ["--simulate_slow_ranks", cell["slow"]]
+    return pin + launch + [str(RECIPE)] + args + extra
+
+
+def row_from_run(cell: dict, a: StudyArguments, run_dir: str) -> dict:
+    report = json.load(open(os.path.join(run_dir, "throughput.json")))
+    results = json.load(open(os.path.join(run_dir, "all_results.json")))
+    setup, t = report["setup"], report["throughput"]
+    train_samples = results.get("train_samples")
+    ips = t["images_per_s"]
+    return dict(
+        status="ok", reason="", nodes=setup["num_nodes"], zero_stage=setup["zero_stage"], train_samples=train_samples,
+        images_per_s=ips, images_per_s_per_device=t["images_per_s_per_device"],
+        # Epoch time from the measured rate (warm-up excluded): training images / images per second.
+        epoch_time_s=train_samples / ips if ips and train_samples else None,
+        step_time_median_s=report["step_time_s"]["median"],
+        data_wait_fraction=report["step_time_s"]["data_wait_fraction"], mfu=report["flops"]["mfu"],
+        memory_max_bytes=report["memory"]["max_bytes"], memory_kind=report["memory"]["kind"],
+        est_sync_wait_s_total=report["ranks"]["est_sync_wait_s_total"], slowest_rank=report["ranks"]["slowest_rank"],
+        eval_accuracy=results.get("eval_accuracy"),
+    )
+
+
+def failure_reason(proc: subprocess.CompletedProcess | None, timed_out: bool, timeout: int) -> str:
+    if timed_out:
+        return f"timeout after {timeout} s"
+    text = (proc.stderr or "") + (proc.stdout or "")
+    lines = [line.split("]:", 1)[-1].strip() if line.startswith("[rank") else line.strip() for line in text.splitlines()]
+    ours = [line for line in lines if line.startswith("error:")]  # the recipe's own message names flag and fix
+    if ours:
+        return ours[0][:300]
+    for marker in ("out of memory", "OutOfMemoryError", "Killed"):
+        if marker in text:
+            return f"out of memory ({marker})"
+    errors = [line for line in lines if "Error" in line and "ChildFailedError" not in line]
+    return (errors[-1] if errors else f"exit code {proc.returncode}")[:300]
+
+
+def run_cell(a, cell, index, total, extra, n_train) -> dict:
+    run_dir = os.path.join(a.output_dir, "runs", cell["name"])
+    base = dict(cell=cell["name"], study=a.study, processes=cell["processes"], per_device_batch=cell["per_device_batch"],
+                grad_accum=cell["grad_accum"], global_batch=cell["global_batch"], ds_config=cell["ds_config"],
+                simulated_slow_ranks=cell["slow"])
+    done = os.path.join(run_dir, "throughput.json")
+    if a.node_rank == 0 and os.path.isfile(done) and os.path.isfile(os.path.join(run_dir, "all_results.json")):
+        print(f"[{index + 1}/{total}] {cell['name']}: finished earlier, skipped", flush=True)
+        return dict(base, **row_from_run(cell, a, run_dir), wall_s=None)
+    cmd = cell_command(a, cell, index, run_dir, extra, n_train)
+    print(f"[{index + 1}/{total}] {cell['name']}: {cell['processes']} process(es) x {a.nnodes} node(s), batch "
+          f"{cell['per_device_batch']} x accum {cell['grad_accum']} = {cell['global_batch']}, {cell['ds_config']}",
+          flush=True)
+    os.makedirs(run_dir, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads_per_process))
+    start, proc, timed_out = time.time(), None, False
+    try:
+        proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=a.timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    wall = time.time() - start
+    with open(os.path.join(run_dir, "launch.log"), "w") as f:
+        f.write(shlex.join(str(c) for c in cmd) + "\n")
+        if proc is not None:
+            f.write(proc.stdout + "\n" + proc.stderr)
+    if a.node_rank != 0:
+        return dict(base, status="ok" if proc is not None and proc.returncode == 0 else "failed", wall_s=wall)
+    if proc is not None and proc.returncode == 0 and os.path.isfile(done):
+        return dict(base, **row_from_run(cell, a, run_dir), wall_s=wall)
+    reason = failure_reason(proc, timed_out, a.timeout_s)
+    print(f"    failed: {reason}", flush=True)
+    return dict(base, status="failed", reason=reason, wall_s=wall)
+
+
+def caption(a: StudyArguments, rows: list[dict], extra: list[str]) -> str:
+    import torch
+    import transformers
+
+    try:
+        import deepspeed
+
+        ds_version = deepspeed.__version__
+    except ImportError:
+        ds_version = "n/a"
+    return (f"Hardware: {platform.node()}, {os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
+            f"{a.threads_per_process} thread(s) per process{', pinned' if a.pin_cores else ''}, {a.nnodes} node(s). "
+            f"Versions: torch {torch.__version__}, transformers {transformers.__version__}, deepspeed {ds_version}. "
+            f"ZeRO: {a.ds_configs if a.study != 'zero' else 'per row'}. Run arguments: {' '.join(extra) or '(defaults)'}. "
+            "Method: each cell is a separate launched run; images/s from its throughput report (warm-up steps "
+            "excluded); epoch time = training images / images/s.")
+
+
+def write_report(a: StudyArguments, rows: list[dict], extra: list[str]) -> None:
+    kind = a.study
+    rows = add_scaling_columns(rows, "weak" if kind == "weak" else "strong")
+    for row in rows:
+        mem = row.get("memory_max_bytes")
+        row["memory_mib"] = mem / 2**20 if isinstance(mem, (int, float)) else None
+    with open(os.path.join(a.output_dir, "results.csv"), "w", newline="") as f:
+        fields = RESULT_FIELDS + ["speedup", "efficiency"]
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    cap = caption(a, rows, extra)
+    plot = plot_study(rows, kind, os.path.join(a.output_dir, f"{kind}.png"), cap)
+    definition = {"strong": "Strong scaling: fixed global batch and data; efficiency = T1 / (N x TN).",
+                  "weak": "Weak scaling: fixed per-device batch, data grows with N; efficiency = T1 / TN.",
+                  "batch": "Batch-size sweep: speedup and efficiency against 1 process at the same per-device batch.",
+                  "accumulation": "Accumulation sweep: images/s as accumulation steps grow.",
+                  "zero": "ZeRO comparison at fixed settings: throughput and peak memory per device."}[kind]
+    failed = [r for r in rows if r.get("status") != "ok"]
+    text = [f"# {kind} study", "", definition, "", markdown_table(rows, STUDY_COLUMNS), ""]
+    if failed:
+        text += ["Failed runs:", ""] + [f"- `{r['cell']}`: {r.get('reason')}" for r in failed] + [""]
+    if plot:
+        text += [f"![{kind}]({os.path.basename(plot)})", ""]
+    text += [f"*{cap}*", ""]
+    with open(os.path.join(a.output_dir, "report.md"), "w") as f:
+        f.write("\n".join(text))
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    own = argv[:argv.index("--")] if "--" in argv else argv
+    (a,) = HfArgumentParser(StudyArguments).parse_args_into_dataclasses(own)
+    grid = build_grid(a)
+    os.makedirs(a.output_dir, exist_ok=True)
+    n_train = count_train_images(extra) if a.study == "weak" else 0
+    rows = [run_cell(a, cell, i, len(grid), extra, n_train) for i, cell in enumerate(grid)]
+    if a.node_rank == 0:
+        write_report(a, rows, extra)
+        ok = sum(r["status"] == "ok" for r in rows)
+        print(f"{ok}/{len(rows)} runs ok; report: {os.path.join(a.output_dir, 'report.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+import csv
+import os
+import sys
+
+import pytest
+from helpers import REPO, run
+
+from hf_vit_scaling import scaled_learning_rate
+from hf_vit_scaling.scaling import add_scaling_columns, speedup, strong_efficiency, weak_efficiency
+
+STUDY = REPO / "recipes" / "scaling_study.py"
+TINY = ["--", "--model_preset", "vit-tiny-cpu", "--image_size", "16", "--max_steps", "12", "--eval_strategy", "no",
+        "--max_eval_samples", "40", "--throughput_warmup_steps", "2", "--crop_scale_min", "0.5"]
+
+
+def test_speedup_and_efficiency_against_the_study_numbers():
+    # arXiv 2602.21081, CIFAR-100 strong scaling on T4s: 1817.65 s on 1 GPU, 61.32 s on 32.
+    assert speedup(1817.65, 61.32) == pytest.approx(29.64, abs=0.01)
+    assert strong_efficiency(1817.65, 61.32, 32) == pytest.approx(0.926, abs=0.001)
+    assert strong_efficiency(1817.65, 869.35, 2) == pytest.approx(1.045, abs=0.001)  # their superlinear 2-GPU point
+    # Weak scaling, 1 -> 8 GPUs: 169.4 s -> 201.3 s, about 84%.
+    assert weak_efficiency(169.4, 201.3) == pytest.approx(0.8415, abs=0.0005)
+
+
+def test_scaling_columns_pair_rows_with_their_baseline():
+    rows = [
+        dict(status="ok", processes=1, global_batch=64, per_device_batch=64, ds_config="zero0", grad_accum=1,
+             epoch_time_s=100.0),
+        dict(status="ok", processes=2, global_batch=64, per_device_batch=32, ds_config="zero0", grad_accum=1,
+             epoch_time_s=60.0),
+        dict(status="failed", processes=4, global_batch=64, per_device_batch=16, ds_config="zero0", grad_accum=1,
+             epoch_time_s=None),
+        dict(status="ok", processes=2, global_batch=64, per_device_batch=32, ds_config="zero2", grad_accum=1,
+             epoch_time_s=50.0),  # no 1-process zero2 row: no baseline
+    ]
+    strong = add_scaling_columns(rows, "strong")
+    assert strong[1]["speedup"] == pytest.approx(100 / 60) and strong[1]["efficiency"] == pytest.approx(100 / 120)
+    assert strong[2]["efficiency"] is None and strong[3]["efficiency"] is None
+    weak = add_scaling_columns([dict(r, per_device_batch=32) for r in rows[:2]], "weak")
+    assert weak[1]["efficiency"] == pytest.approx(100 / 60)
+
+
+def test_lr_scaling_rules():
+    assert scaled_learning_rate(1e-4, 512, 64, "linear") == pytest.approx(8e-4)
+    assert scaled_learning_rate(1e-4, 512, 64, "sqrt") == pytest.approx(1e-4 * 8**0.5)
+    assert scaled_learning_rate(1e-4, 512, 64, "none") == 1e-4
+
+
+def _rows(folder):
+    with open(folder / "results.csv") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.distributed
+def test_two_cell_strong_study_end_to_end_and_resume(tmp_path):
+    cmd = [sys.executable, STUDY, "--study", "strong", "--processes", "1,2", "--global_batch_size", "16",
+           "--ds_configs", "none", "--output_dir", tmp_path, *TINY]
+    proc = run(cmd, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "[1/2]" in proc.stdout and "[2/2]" in proc.stdout
+    rows = _rows(tmp_path)
+    assert [(r["processes"], r["per_device_batch"], r["status"]) for r in rows] == [("1", "16", "ok"), ("2", "8", "ok")]
+    assert float(rows[0]["efficiency"]) == pytest.approx(1.0)
+    assert float(rows[1]["efficiency"]) == pytest.approx(
+        float(rows[0]["epoch_time_s"]) / (2 * float(rows[1]["epoch_time_s"])))
+    report = (tmp_path / "report.md").read_text()
+    assert "| 2 | 1 | 8 |" in report and "efficiency" in report and "Hardware:" in report
+    assert (tmp_path / "strong.png").stat().st_size > 10_000
+    stamp = os.path.getmtime(tmp_path / "runs" / "strong-n2x1-b8-a1-none" / "throughput.json")
+    again = run(cmd, timeout=600)
+    assert again.returncode == 0 and again.stdout.count("finished earlier, skipped") == 2
+    assert os.path.getmtime(tmp_path / "runs" / "strong-n2x1-b8-a1-none" / "throughput.json") == stamp
+    def without_wall(table):
+        return [{k: v for k, v in r.items() if k != "wall_s"} for r in table]
+
+    assert without_wall(_rows(tmp_path)) == without_wall(rows)
+
+
+@pytest.mark.distributed
+def test_a_failing_cell_is_recorded_and_the_study_goes_on(tmp_path):
+    cmd = [sys.executable, STUDY, "--study", "zero", "--processes", "1", "--ds_configs", "no_such_config,none",
+           "--output_dir", tmp_path, *TINY]
+    proc = run(cmd, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {r["ds_config"]: r for r in _rows(tmp_path)}
+    assert rows["no_such_config"]["status"] == "failed"
+    assert "--ds_config" in rows["no_such_config"]["reason"] and "no such file" in rows["no_such_config"]["reason"]
+    assert rows["none"]["status"] == "ok" and float(rows["none"]["images_per_s"]) > 0
+    assert "Failed runs" in (tmp_path / "report.md").read_text()
