@@ -1,16 +1,18 @@
 """Scaling analysis: speedup and efficiency from study rows, report tables, and plots.
 
-Definitions (T = epoch time, N = number of processes, T1 = the 1-process run of the same study):
+Definitions (T = epoch time, N = number of processes in the world, T1 = the 1-process run of the same study):
 - speedup S_N = T1 / T_N;
 - strong scaling (fixed global batch and data): efficiency = T1 / (N x T_N) = S_N / N, ideal 1;
 - weak scaling (fixed per-device batch, data grows with N): efficiency = T1 / T_N, ideal 1.
+When a study has no 1-process run (e.g. 4 nodes x 1..8 GPUs), its smallest world B is the baseline:
+speedup T_B / T_N, strong efficiency (B x T_B) / (N x T_N).
 Study check (arXiv 2602.21081, CIFAR-100 on T4s): T1 = 1817.65 s, T32 = 61.32 s -> S = 29.64, efficiency 0.926.
 """
 
 import math
 
 RESULT_FIELDS = [
-    "cell", "study", "status", "reason", "processes", "nodes", "per_device_batch", "grad_accum", "global_batch",
+    "cell", "study", "status", "reason", "processes", "nodes", "world_size", "per_device_batch", "grad_accum", "global_batch",
     "ds_config", "zero_stage", "train_samples", "images_per_s", "images_per_s_per_device", "epoch_time_s",
     "step_time_median_s", "data_wait_fraction", "mfu", "memory_max_bytes", "memory_kind", "est_sync_wait_s_total",
     "slowest_rank", "simulated_slow_ranks", "eval_accuracy", "wall_s",
@@ -37,21 +39,31 @@ def _num(value) -> float | None:
     return None if math.isnan(number) else number
 
 
-def add_scaling_columns(rows: list[dict], kind: str) -> list[dict]:
-    """Speedup and efficiency for each ok row against the 1-process row with the same other settings."""
-    def key(row):
-        return (row.get("per_device_batch") if kind == "weak" else row.get("global_batch"), row.get("ds_config"),
-                row.get("grad_accum"), row.get("simulated_slow_ranks"))
+def _world(row: dict) -> int:
+    return int(row.get("world_size") or row["processes"])
 
-    baselines = {key(r): _num(r["epoch_time_s"]) for r in rows
-                 if r.get("status") == "ok" and int(r["processes"]) == 1}
+
+def add_scaling_columns(rows: list[dict], kind: str) -> list[dict]:
+    """Speedup and efficiency for each ok row against the smallest-world ok row with the same other settings."""
+    def key(row):
+        # Strong: the global batch is fixed, so the accumulation differs between rows and is not part of the key.
+        if kind == "weak":
+            return (row.get("per_device_batch"), row.get("ds_config"), row.get("grad_accum"),
+                    row.get("simulated_slow_ranks"))
+        return (row.get("global_batch"), row.get("ds_config"), row.get("simulated_slow_ranks"))
+
+    baselines: dict = {}
+    for r in rows:
+        t = _num(r.get("epoch_time_s"))
+        if r.get("status") == "ok" and t and (key(r) not in baselines or _world(r) < baselines[key(r)][0]):
+            baselines[key(r)] = (_world(r), t)
     out = []
     for row in rows:
         row = dict(row)
-        t1, tn, n = baselines.get(key(row)), _num(row.get("epoch_time_s")), int(row["processes"])
+        (w1, t1), tn, n = baselines.get(key(row), (None, None)), _num(row.get("epoch_time_s")), _world(row)
         if row.get("status") == "ok" and t1 and tn:
             row["speedup"] = speedup(t1, tn)
-            row["efficiency"] = weak_efficiency(t1, tn) if kind == "weak" else strong_efficiency(t1, tn, n)
+            row["efficiency"] = weak_efficiency(t1, tn) if kind == "weak" else strong_efficiency(t1 * w1, tn, n)
         else:
             row["speedup"] = row["efficiency"] = None
         out.append(row)

@@ -50,6 +50,8 @@ class StudyArguments:
     accumulation_steps: str = field(default="1,2,4,8", metadata={"help": "Accumulation steps for --study accumulation."})
     per_device_batch_size: int = field(default=32, metadata={"help": "Per-device batch (weak, zero, accumulation)."})
     global_batch_size: int = field(default=64, metadata={"help": "Global batch held fixed in --study strong."})
+    max_per_device_batch: int = field(
+        default=256, metadata={"help": "--study strong: above this per-device batch, accumulate instead (memory)."})
     weak_fraction_per_process: float = field(
         default=0.1, metadata={"help": "Share of the training data per process in --study weak (the study: 0.1)."})
     ds_configs: str = field(
@@ -95,7 +97,10 @@ def build_grid(a: StudyArguments) -> list[dict]:
                     if a.global_batch_size % world:
                         raise SystemExit(f"error: --global_batch_size {a.global_batch_size} does not divide over "
                                          f"{world} processes. Fix: pick a multiple of every process count.")
-                    grid.append(dict(base, per_device_batch=a.global_batch_size // world))
+                    per_device, accum = a.global_batch_size // world, 1
+                    while per_device > a.max_per_device_batch and per_device % 2 == 0:
+                        per_device, accum = per_device // 2, accum * 2  # same global batch, less memory
+                    grid.append(dict(base, per_device_batch=per_device, grad_accum=accum))
                 elif a.study == "weak":
                     grid.append(dict(base, fraction=min(1.0, a.weak_fraction_per_process * world)))
                 else:
@@ -147,7 +152,7 @@ def row_from_run(cell: dict, a: StudyArguments, run_dir: str) -> dict:
     train_samples = results.get("train_samples")
     ips = t["images_per_s"]
     return dict(
-        status="ok", reason="", nodes=setup["num_nodes"], zero_stage=setup["zero_stage"], train_samples=train_samples,
+        status="ok", reason="", nodes=setup["num_nodes"], world_size=setup["world_size"], zero_stage=setup["zero_stage"], train_samples=train_samples,
         images_per_s=ips, images_per_s_per_device=t["images_per_s_per_device"],
         # Epoch time from the measured rate (warm-up excluded): training images / images per second.
         epoch_time_s=train_samples / ips if ips and train_samples else None,

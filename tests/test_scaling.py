@@ -31,13 +31,18 @@ def test_scaling_columns_pair_rows_with_their_baseline():
         dict(status="failed", processes=4, global_batch=64, per_device_batch=16, ds_config="zero0", grad_accum=1,
              epoch_time_s=None),
         dict(status="ok", processes=2, global_batch=64, per_device_batch=32, ds_config="zero2", grad_accum=1,
-             epoch_time_s=50.0),  # no 1-process zero2 row: no baseline
+             epoch_time_s=50.0),  # the only zero2 row: its own baseline
     ]
     strong = add_scaling_columns(rows, "strong")
     assert strong[1]["speedup"] == pytest.approx(100 / 60) and strong[1]["efficiency"] == pytest.approx(100 / 120)
-    assert strong[2]["efficiency"] is None and strong[3]["efficiency"] is None
+    assert strong[2]["efficiency"] is None and strong[3]["efficiency"] == pytest.approx(1.0)
     weak = add_scaling_columns([dict(r, per_device_batch=32) for r in rows[:2]], "weak")
     assert weak[1]["efficiency"] == pytest.approx(100 / 60)
+    # No 1-process run (4 nodes x 1 and x 2 GPUs): the 4-process row is the baseline.
+    multi = add_scaling_columns([dict(rows[0], processes=1, world_size=4, epoch_time_s=40.0),
+                                 dict(rows[1], processes=2, world_size=8, epoch_time_s=25.0)], "strong")
+    assert multi[0]["efficiency"] == pytest.approx(1.0)
+    assert multi[1]["speedup"] == pytest.approx(1.6) and multi[1]["efficiency"] == pytest.approx(4 * 40 / (8 * 25))
 
 
 def test_lr_scaling_rules():
@@ -87,3 +92,28 @@ def test_a_failing_cell_is_recorded_and_the_study_goes_on(tmp_path):
     assert "--ds_config" in rows["no_such_config"]["reason"] and "no such file" in rows["no_such_config"]["reason"]
     assert rows["none"]["status"] == "ok" and float(rows["none"]["images_per_s"]) > 0
     assert "Failed runs" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.distributed
+def test_two_nodes_on_one_machine(tmp_path):
+    """Two torchrun invocations, --nnodes 2 with node ranks 0 and 1 over loopback, one process each."""
+    import subprocess
+
+    from helpers import RECIPE, TINY_ARGS, free_port, launcher_cmd, read_json, test_env
+
+    port = str(free_port())
+    procs = []
+    for node_rank in (0, 1):
+        cmd = [launcher_cmd("torchrun", 1)[0], "--nnodes", "2", "--node_rank", str(node_rank), "--nproc_per_node",
+               "1", "--master_addr", "127.0.0.1", "--master_port", port, str(RECIPE),
+               "--output_dir", str(tmp_path / f"node{node_rank}"), *TINY_ARGS, "--ds_config",
+               str(REPO / "ds_configs" / "zero2.json"), "--max_steps", "10", "--eval_strategy", "no",
+               "--max_eval_samples", "40"]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env=test_env(), cwd=REPO))
+    outputs = [p.communicate(timeout=600) for p in procs]
+    for p, (_out, err) in zip(procs, outputs):
+        assert p.returncode == 0, err[-3000:]
+    report = read_json(tmp_path / "node0" / "throughput.json")
+    assert report["setup"]["num_nodes"] == 2 and report["setup"]["world_size"] == 2
+    assert not (tmp_path / "node1" / "throughput.json").exists()  # only the main process writes
