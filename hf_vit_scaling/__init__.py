@@ -26,9 +26,10 @@ from .flops import (
     vit_forward_macs_per_image,
     vit_train_flops_per_image,
 )
+from .hetero import SlowRankSimulator, UnevenBatchSampler, calibrate_speeds, loss_weight, parse_shares, split_batch
 from .lr_scaling import LR_SCALING_RULES, apply_lr_scaling, scaled_learning_rate
 from .metrics import make_compute_metrics, topk_accuracy
-from .model_card import VitTrainer, render_model_card, write_model_card
+from .model_card import render_model_card, write_model_card
 from .models import (
     DEFAULT_PRESET,
     MODEL_PRESETS,
@@ -39,10 +40,17 @@ from .models import (
     preset_config,
 )
 from .throughput import ThroughputCallback, add_throughput_callback, format_report, load_throughput_report
+from .trainer import VitTrainer
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "SlowRankSimulator",
+    "UnevenBatchSampler",
+    "calibrate_speeds",
+    "loss_weight",
+    "parse_shares",
+    "split_batch",
     "LR_SCALING_RULES",
     "apply_lr_scaling",
     "scaled_learning_rate",

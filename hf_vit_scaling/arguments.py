@@ -125,12 +125,20 @@ class ScalingArguments:
         default="none",
         metadata={
             "help": "Scale --learning_rate with the global batch: linear (lr x B/B_ref) or sqrt (lr x sqrt(B/B_ref)), "
-            "relative to --reference_batch_size; adds a 5% warmup when none is set. none: use it as given.",
+            "relative to --reference_batch_size; adds a 5%% warmup when none is set. none: use it as given.",
             "choices": ["none", "linear", "sqrt"],
         },
     )
     reference_batch_size: int = field(
         default=256, metadata={"help": "Global batch at which --learning_rate was tuned (for --lr_scaling)."}
+    )
+    balance_batches: str = field(
+        default="off",
+        metadata={
+            "help": "Heterogeneous GPUs: 'calibrate' times each rank at start and gives it a micro-batch proportional "
+            "to its speed (same global batch, same gradient: losses are weighted); or explicit shares per rank, "
+            "e.g. '1,2'; 'off' (default): equal micro-batches. Plain DDP and ZeRO 0-2."
+        },
     )
     simulate_slow_ranks: str | None = field(
         default=None,

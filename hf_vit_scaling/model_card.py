@@ -1,8 +1,6 @@
-"""The model card (README.md) written beside the trained model, and a Trainer that pushes it."""
+"""The model card (README.md) written beside the trained model."""
 
 import os
-
-from transformers import Trainer
 
 CARD_TEMPLATE = """---
 library_name: transformers
@@ -71,14 +69,3 @@ def write_model_card(output_dir: str, info: dict) -> str:
     with open(path, "w", encoding="utf-8") as f:
         f.write(render_model_card(info))
     return path
-
-
-class VitTrainer(Trainer):
-    """The Trainer, with our model card: `push_to_hub` writes it instead of the generic one before uploading."""
-
-    card_info: dict | None = None
-
-    def create_model_card(self, *args, **kwargs):
-        if self.card_info is None or not self.is_world_process_zero():
-            return super().create_model_card(*args, **kwargs)
-        write_model_card(self.args.output_dir, self.card_info)

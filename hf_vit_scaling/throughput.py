@@ -13,7 +13,8 @@ batches are counted as they are. The first `warmup_steps` optimizer steps are ex
   setup:      world_size, num_nodes, per_device_train_batch_size, gradient_accumulation_steps, global_batch_size,
               zero_stage (null without DeepSpeed), offload {state: device}, precision, image_size, patch_size,
               tokens_per_image, num_parameters, devices [names], hostnames, versions {torch, transformers,
-              deepspeed}, simulated_slow_ranks {rank: factor} (a SIMULATION when non-empty)
+              deepspeed}, simulated_slow_ranks {rank: factor} (a SIMULATION when non-empty), rank_batches
+              (per-rank micro-batches when balanced, else null)
   throughput: images_per_s, images_per_s_per_device, images_measured, steps_measured, warmup_steps,
               measured_time_s, nominal_images_per_step (per-device batch x accumulation x world size)
   step_time_s: mean, median, p90 (consecutive step ends), compute_mean, data_wait_mean, data_wait_fraction,
@@ -55,7 +56,7 @@ REPORT_FILENAME = "throughput.json"
 REPORT_SCHEMA = {
     "setup": ["world_size", "num_nodes", "per_device_train_batch_size", "gradient_accumulation_steps",
               "global_batch_size", "zero_stage", "offload", "precision", "image_size", "patch_size", "tokens_per_image",
-              "num_parameters", "devices", "hostnames", "versions", "simulated_slow_ranks"],
+              "num_parameters", "devices", "hostnames", "versions", "simulated_slow_ranks", "rank_batches"],
     "throughput": ["images_per_s", "images_per_s_per_device", "images_measured", "steps_measured", "warmup_steps",
                    "measured_time_s", "nominal_images_per_step"],
     "step_time_s": ["mean", "median", "p90", "compute_mean", "data_wait_mean", "data_wait_fraction",
@@ -130,11 +131,13 @@ class ThroughputCallback(TrainerCallback):
     """Measures training speed and writes the throughput report (see the module docstring for what is timed)."""
 
     def __init__(self, warmup_steps: int = 5, peak_tflops: float | None = None, ds_config: dict | None = None,
-                 slow_ranks: dict[int, float] | None = None, print_table: bool = True):
+                 slow_ranks: dict[int, float] | None = None, rank_batches: list[int] | None = None,
+                 print_table: bool = True):
         self.warmup_steps = warmup_steps
         self.user_peak_tflops = peak_tflops
         self.ds_config = ds_config
-        self.slow_ranks = slow_ranks or {}
+        self.slow_ranks = slow_ranks or {}  # for the label only: SlowRankSimulator does the slowing
+        self.rank_batches = rank_batches
         self.print_table = print_table
         self.report: dict | None = None
         self._hooks = []
@@ -154,8 +157,9 @@ class ThroughputCallback(TrainerCallback):
 
     # ------------------------------------------------------------------ hooks on the model
 
-    def _attach_hooks(self, model: torch.nn.Module, rank: int):
-        factor = self.slow_ranks.get(rank, 1.0)
+    def _attach_hooks(self, model: torch.nn.Module):
+        """Count training images and time the forward. A `SlowRankSimulator` attached earlier runs inside this
+        window, so simulated slowness shows in the forward time as real slowness would."""
 
         def pre_hook(module, args, kwargs):
             if module.training:
@@ -166,20 +170,12 @@ class ThroughputCallback(TrainerCallback):
                 self._fwd_start = time.perf_counter()
 
         def post_hook(module, args, kwargs, output):
-            if not module.training:
-                return output
-            _sync(self.device_type)
-            elapsed = time.perf_counter() - self._fwd_start
-            if factor > 1.0:
-                # SIMULATION: stretch forward by `factor`, and backward (about 2x forward) likewise via a grad hook.
-                time.sleep((factor - 1.0) * elapsed)
-                logits = getattr(output, "logits", None)
-                if logits is not None and logits.requires_grad:
-                    logits.register_hook(lambda grad: (time.sleep(2.0 * (factor - 1.0) * elapsed), grad)[1])
-            self._fwd_time += factor * elapsed
+            if module.training:
+                _sync(self.device_type)
+                self._fwd_time += time.perf_counter() - self._fwd_start
             return output
 
-        self._hooks = [model.register_forward_pre_hook(pre_hook, with_kwargs=True),
+        self._hooks = [model.register_forward_pre_hook(pre_hook, with_kwargs=True, prepend=True),
                        model.register_forward_hook(post_hook, with_kwargs=True)]
 
     # ------------------------------------------------------------------ Trainer events
@@ -192,7 +188,7 @@ class ThroughputCallback(TrainerCallback):
         self.args = args
         self.model = model
         if model is not None:
-            self._attach_hooks(model, self.rank)
+            self._attach_hooks(model)
         if self.device_type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         self.peak_tflops, self.peak_source = self._peak(args)
@@ -351,6 +347,7 @@ class ThroughputCallback(TrainerCallback):
                 "hostnames": sorted({r["hostname"] for r in per_rank}),
                 "versions": _versions(),
                 "simulated_slow_ranks": {str(k): v for k, v in self.slow_ranks.items()},
+                "rank_batches": self.rank_batches,
             },
             "throughput": {
                 "images_per_s": images_per_s,
@@ -408,7 +405,8 @@ def format_report(report: dict) -> str:
         f"{s['image_size']} px / patch {s['patch_size']} ({s['tokens_per_image']} tokens), "
         f"{s['num_parameters'] / 1e6:.2f} M params",
         f"batch        {s['per_device_train_batch_size']} per device x {s['gradient_accumulation_steps']} accumulation "
-        f"x {s['world_size']} = {s['global_batch_size']} images per optimizer step",
+        f"x {s['world_size']} = {s['global_batch_size']} images per optimizer step"
+        + (f" (balanced per rank: {s['rank_batches']})" if s["rank_batches"] else ""),
         f"images/s     {_fmt(t['images_per_s'], '.1f')} total, {_fmt(t['images_per_s_per_device'], '.1f')} per device "
         f"({t['images_measured']} images over {t['steps_measured']} steps, first {t['warmup_steps']} excluded)",
         f"step time    mean {_fmt(st['mean'], '.4f', ' s')}, median {_fmt(st['median'], '.4f', ' s')}, "

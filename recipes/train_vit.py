@@ -23,11 +23,12 @@ import os
 import sys
 
 import transformers
-from transformers import AutoImageProcessor
+from transformers import AutoImageProcessor, set_seed
 
 from hf_vit_scaling import (
     DEFAULT_PRESET,
     DevicePreprocessor,
+    SlowRankSimulator,
     UserInputError,
     VitTrainer,
     add_throughput_callback,
@@ -35,6 +36,7 @@ from hf_vit_scaling import (
     attach_transforms,
     attach_uint8_transforms,
     build_model_from_preset,
+    calibrate_speeds,
     choose_input_path,
     collate_image_batch,
     collate_uint8_batch,
@@ -46,8 +48,10 @@ from hf_vit_scaling import (
     load_model_for_finetuning,
     make_compute_metrics,
     parse_args,
+    parse_shares,
     parse_slow_ranks,
     preset_config,
+    split_batch,
     write_model_card,
     zero_stage,
 )
@@ -77,6 +81,28 @@ def build_model_and_processor(model_args, label_names):
 def processor_size_and_norm(processor, config):
     size = config.image_size if isinstance(config.image_size, int) else config.image_size[0]
     return size, processor.image_mean, processor.image_std
+
+
+def balanced_rank_batches(mode, model, train_dataset, collate, training_args, ds_config) -> list[int] | None:
+    """Per-rank micro-batches for heterogeneous clusters: from explicit shares or a short calibration."""
+    world = training_args.world_size
+    if mode == "off" or world == 1:
+        return None
+    if zero_stage(ds_config) == 3:
+        raise UserInputError("--balance_batches works with plain DDP and ZeRO 0-2; ZeRO-3 partitions the parameters, "
+                             "so the calibration cannot run the model alone on each rank. Fix: use ZeRO-2.")
+    global_batch = training_args.per_device_train_batch_size * world
+    if mode == "calibrate":
+        model.to(training_args.device)
+        sample = collate([train_dataset[i] for i in range(training_args.per_device_train_batch_size)])
+        shares = calibrate_speeds(model, sample)
+    else:
+        shares = parse_shares(mode, world)
+    sizes = split_batch(global_batch, shares)
+    if training_args.process_index == 0:
+        print(f"Balanced micro-batches per rank: {sizes} (shares {[round(s, 3) for s in shares]}, "
+              f"global batch {global_batch})", flush=True)
+    return sizes
 
 
 def card_info(model_args, data, training_args, model, model_desc, metrics, world_size, ds_config_path,
@@ -130,6 +156,7 @@ def main(argv=None) -> int:
     if ds_config is not None:
         init_deepspeed_comm()  # ZeRO-3 builds the model partitioned: DeepSpeed must know the world first
 
+    set_seed(training_args.seed)  # before the model is built: the same seed gives the same initial weights
     try:
         data = load_image_classification_data(data_args, seed=training_args.seed, cache_dir=model_args.cache_dir)
         model, processor, model_desc = build_model_and_processor(model_args, data.label_names)
@@ -147,6 +174,12 @@ def main(argv=None) -> int:
     else:
         splits, collate = attach_transforms(data, size, mean, std, data_args), collate_image_batch
 
+    slow_ranks = parse_slow_ranks(scaling_args.simulate_slow_ranks)
+    if slow_ranks.get(training_args.process_index, 1.0) > 1.0:
+        SlowRankSimulator(slow_ranks[training_args.process_index]).attach(model)  # labelled in every report
+    rank_batches = balanced_rank_batches(scaling_args.balance_batches, model, splits["train"], collate,
+                                         training_args, ds_config)
+
     trainer = VitTrainer(
         model=model,
         args=training_args,
@@ -156,9 +189,10 @@ def main(argv=None) -> int:
         compute_metrics=make_compute_metrics(len(data.label_names)),
         processing_class=processor,
     )
+    trainer.rank_batches = rank_batches
     add_throughput_callback(trainer, warmup_steps=scaling_args.throughput_warmup_steps,
-                            peak_tflops=scaling_args.peak_tflops, ds_config=ds_config,
-                            slow_ranks=parse_slow_ranks(scaling_args.simulate_slow_ranks))
+                            peak_tflops=scaling_args.peak_tflops, ds_config=ds_config, slow_ranks=slow_ranks,
+                            rank_batches=rank_batches)
 
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model()  # model.safetensors + config + image processor (ZeRO-3: gathered 16-bit weights)

@@ -1,0 +1,105 @@
+import sys
+from collections import Counter
+
+import pytest
+import torch
+from helpers import REPO, read_json, run, run_recipe
+from safetensors.torch import load_file
+from transformers import set_seed
+
+from hf_vit_scaling import (
+    UnevenBatchSampler,
+    UserInputError,
+    build_model_from_preset,
+    loss_weight,
+    parse_shares,
+    preset_config,
+    split_batch,
+)
+
+
+def test_split_batch_is_proportional_and_exact():
+    assert split_batch(64, [2, 1]) == [43, 21]
+    assert split_batch(64, [1, 1]) == [32, 32]
+    assert split_batch(10, [1, 1, 1]) in ([4, 3, 3], [3, 4, 3], [3, 3, 4])
+    assert sum(split_batch(97, [0.7, 1.9, 3.3, 0.1])) == 97
+    assert min(split_batch(8, [100, 1])) == 1  # every rank gets at least one sample
+    with pytest.raises(UserInputError):
+        split_batch(1, [1, 1])
+
+
+def test_loss_weights_make_the_average_the_global_mean():
+    sizes = [43, 21]
+    # (1/W) sum_r w_r * mean_r must weight each sample by 1/B: w_r / (W * b_r) = 1 / B.
+    for r, b in enumerate(sizes):
+        assert loss_weight(sizes, r) / (len(sizes) * b) == pytest.approx(1 / sum(sizes))
+
+
+@pytest.mark.parametrize("n, sizes", [(100, [7, 3]), (103, [5, 2, 1]), (64, [32, 32])])
+def test_every_sample_once_per_epoch_with_uneven_batches(n, sizes):
+    for epoch in (0, 1):
+        seen = []
+        lengths = set()
+        for rank in range(len(sizes)):
+            sampler = UnevenBatchSampler(n, sizes, rank, seed=3)
+            sampler.set_epoch(epoch)
+            batches = list(sampler)
+            lengths.add(len(batches))
+            assert all(len(b) == sizes[rank] for b in batches[: n // sum(sizes)])
+            seen += [i for b in batches for i in b]
+        assert len(lengths) == 1  # every rank takes the same number of steps
+        assert Counter(seen) == Counter(range(n))  # each sample exactly once
+
+
+def test_epochs_reshuffle():
+    first = list(UnevenBatchSampler(50, [3, 2], 0, seed=1))
+    sampler = UnevenBatchSampler(50, [3, 2], 0, seed=1)
+    sampler.set_epoch(1)
+    assert list(sampler) != first
+
+
+def test_parse_shares():
+    assert parse_shares("1,3", 2) == [1.0, 3.0]
+    with pytest.raises(UserInputError, match="one positive share per rank"):
+        parse_shares("1,2,3", 2)
+
+
+def test_help_lists_every_flag():
+    for script in ("train_vit.py", "scaling_study.py"):
+        proc = run([sys.executable, REPO / "recipes" / script, "--help"], timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--balance_batches" in proc.stdout or script == "scaling_study.py"
+
+
+SGD_ONE_STEP = ["--max_steps", "1", "--optim", "sgd", "--learning_rate", "1.0", "--max_grad_norm", "0",
+                "--weight_decay", "0", "--per_device_train_batch_size", "12", "--eval_strategy", "no",
+                "--max_eval_samples", "20", "--throughput_warmup_steps", "0", "--random_resized_crop", "false"]
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize(
+    "ds_config, more",
+    [(None, []), ("zero2.json", []),
+     # Without the Trainer's global item count, VitTrainer's own loss weights b_r x W / B do the work.
+     (None, ["--average_tokens_across_devices", "false"])],
+    ids=["ddp", "zero2", "ddp-own-weights"],
+)
+def test_uneven_batches_give_the_same_gradient(tmp_path, ds_config, more):
+    """One SGD step with lr 1 moves the weights by exactly the gradient: equal vs uneven per-rank batches over the
+    same global batch (24 images) must land on the same weights."""
+    extra = ["--ds_config", str(REPO / "ds_configs" / ds_config)] if ds_config else []
+    weights = {}
+    for shares in ("1,1", "1,3"):
+        out = tmp_path / shares.replace(",", "-")
+        run_recipe(out, *SGD_ONE_STEP, *extra, *more, "--balance_batches", shares, launcher="torchrun", nproc=2)
+        report = read_json(out / "throughput.json")
+        expected = split_batch(24, [float(x) for x in shares.split(",")])
+        assert report["setup"]["rank_batches"] == expected
+        assert [r["images"] for r in report["ranks"]["per_rank"]] == expected  # real per-rank batches counted
+        weights[shares] = load_file(out / "model.safetensors")
+    for name, tensor in weights["1,1"].items():
+        torch.testing.assert_close(weights["1,3"][name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+    set_seed(0)  # the recipe's seed: the weights before the step
+    initial = build_model_from_preset(preset_config("vit-tiny-cpu", [str(i) for i in range(10)], image_size=16))
+    step = (weights["1,1"]["classifier.weight"] - initial.classifier.weight.detach()).abs().max().item()
+    assert step > 1e-3  # the step really moved the weights (so equality above is not trivial)
