@@ -65,6 +65,36 @@ def one_run(with_report: bool, args, data) -> list[float]:
     return deltas[args.warmup:]
 
 
+def direct_cost_per_step(n: int = 2000) -> float:
+    """Seconds the callback itself spends per step: its two step events plus its forward hooks around a no-op
+    module, timed directly (no model compute), so it is free of run-to-run noise."""
+    from transformers import TrainerControl, TrainerState
+
+    class NoOp(torch.nn.Module):
+        def forward(self, pixel_values=None):
+            return pixel_values
+
+    with tempfile.TemporaryDirectory() as out:
+        args = TrainingArguments(output_dir=out, use_cpu=True, report_to="none")
+        state, control, module = TrainerState(), TrainerControl(), NoOp().train()
+        cb = ThroughputCallback(warmup_steps=0, peak_tflops=1.0, print_table=False)
+        cb.on_train_begin(args, state, control, model=module)
+        x = torch.zeros(4, 3, 8, 8)
+        start = time.perf_counter()
+        for _ in range(n):
+            cb.on_step_begin(args, state, control)
+            module(pixel_values=x)
+            cb.on_step_end(args, state, control)
+        with_cb = time.perf_counter() - start
+        for hook in cb._hooks:
+            hook.remove()
+        start = time.perf_counter()
+        for _ in range(n):
+            module(pixel_values=x)
+        bare = time.perf_counter() - start
+    return (with_cb - bare) / n
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model_preset", default="vit-tiny-cpu", help="Preset to time.")
@@ -82,6 +112,7 @@ def main():
         times["with"] += one_run(True, args, data)
         times["without"] += one_run(False, args, data)
     median = {arm: statistics.median(v) for arm, v in times.items()}
+    direct = direct_cost_per_step()
     result = {
         "setup": {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
                   "threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -90,6 +121,8 @@ def main():
                   "steps_per_run": args.steps, "warmup_dropped": args.warmup, "repeats": args.repeats},
         "median_step_s": median,
         "ratio_with_over_without": median["with"] / median["without"],
+        "callback_direct_cost_s_per_step": direct,
+        "direct_cost_fraction_of_step": direct / median["without"],
     }
     print(json.dumps(result, indent=2))
     if args.output:

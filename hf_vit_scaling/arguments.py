@@ -251,6 +251,18 @@ def parse_slow_ranks(spec: str | None) -> dict[int, float]:
     return slow
 
 
+def check_ds_config_against_flags(training_args) -> None:
+    """A ds_config that hard-codes batch size, accumulation, clipping or lr differently from the flags: name every
+    key now (transformers would only raise once the Trainer is built, after data and model are loaded)."""
+    ds = getattr(training_args, "hf_deepspeed_config", None)
+    mismatches = [m.strip("- ").strip() for m in getattr(ds, "mismatches", [])]
+    if mismatches:
+        raise UserInputError(
+            "--ds_config values conflict with the command-line flags: " + "; ".join(mismatches)
+            + '. Fix: set these keys to "auto" in the config (the Trainer fills them) or change the flags.'
+        )
+
+
 def validate_args(model_args, data_args, scaling_args, training_args) -> None:
     """Reject bad combinations before any data or model is loaded."""
     if model_args.model_name_or_path and model_args.model_preset:
@@ -287,5 +299,6 @@ def validate_args(model_args, data_args, scaling_args, training_args) -> None:
     if scaling_args.peak_tflops is not None and scaling_args.peak_tflops <= 0:
         raise UserInputError("--peak_tflops must be positive (TFLOP/s per device).")
     parse_slow_ranks(scaling_args.simulate_slow_ranks)
+    check_ds_config_against_flags(training_args)
     if scaling_args.reference_batch_size <= 0:
         raise UserInputError(f"--reference_batch_size must be positive, got {scaling_args.reference_batch_size}.")

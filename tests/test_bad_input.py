@@ -34,6 +34,9 @@ CASES = {
     "missing ds_config": (lambda t: ["--ds_config", str(t / "nope.json")], ["--ds_config", "nope.json", "no such file"]),
     "ds_config not JSON": (lambda t: ["--ds_config", str(t / "bad.json")], ["--ds_config", "bad.json", "not valid JSON"]),
     "unknown ZeRO stage": (lambda t: ["--ds_config", str(t / "stage5.json")], ["stage is 5", "stages 0, 1, 2 and 3"]),
+    "ds_config batch conflicts": (lambda t: ["--ds_config", str(t / "conflict.json")],
+                                  ["train_micro_batch_size_per_gpu=8", "per_device_train_batch_size=16",
+                                   "gradient_accumulation_steps=4", '"auto"']),
     "unknown dataset": (lambda t: ["--dataset_name", "no-such-user/no-such-dataset"],
                         ["--dataset_name", "no-such-user/no-such-dataset", "Fix"]),
     "unknown column": (lambda t: ["--dataset_name", _saved_dataset(t / "ds", "int64"), "--label_column_name", "lbl"],
@@ -50,6 +53,9 @@ CASES = {
 def test_bad_input_is_refused_clearly(tmp_path, case):
     (tmp_path / "bad.json").write_text("{ this is not json")
     (tmp_path / "stage5.json").write_text(json.dumps({"zero_optimization": {"stage": 5}}))
+    (tmp_path / "conflict.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 8,
+                                                        "gradient_accumulation_steps": 4,
+                                                        "zero_optimization": {"stage": 2}}))
     make_args, expected = CASES[case]
     out = tmp_path / "out"
     proc = run_recipe(out, *make_args(tmp_path), "--max_steps", "2", check=False)
