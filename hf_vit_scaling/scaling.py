@@ -44,13 +44,18 @@ def _world(row: dict) -> int:
 
 
 def add_scaling_columns(rows: list[dict], kind: str) -> list[dict]:
-    """Speedup and efficiency for each ok row against the smallest-world ok row with the same other settings."""
+    """Speedup and efficiency for each ok row against the smallest-world ok row with the same other settings.
+
+    kind: strong | zero (same global batch), weak (efficiency T1/TN), batch | accumulation (same per-device batch;
+    with the same data, T1 / (N x TN) is the throughput ratio divided by N, the study's 2-GPU speedup per batch size).
+    """
     def key(row):
-        # Strong: the global batch is fixed, so the accumulation differs between rows and is not part of the key.
-        if kind == "weak":
-            return (row.get("per_device_batch"), row.get("ds_config"), row.get("grad_accum"),
+        # Strong (and ZeRO): the global batch is fixed, so accumulation may differ between rows: not in the key.
+        # Weak, batch and accumulation sweeps compare N processes with 1 at the same per-device batch.
+        if kind in ("weak", "batch", "accumulation"):
+            return (str(row.get("per_device_batch")), row.get("ds_config"), str(row.get("grad_accum")),
                     row.get("simulated_slow_ranks"))
-        return (row.get("global_batch"), row.get("ds_config"), row.get("simulated_slow_ranks"))
+        return (str(row.get("global_batch")), row.get("ds_config"), row.get("simulated_slow_ranks"))
 
     baselines: dict = {}
     for r in rows:
@@ -100,6 +105,7 @@ def plot_study(rows: list[dict], kind: str, path: str, caption: str) -> str | No
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         return None
     ok = [r for r in rows if r.get("status") == "ok" and _num(r.get("images_per_s"))]
@@ -123,15 +129,24 @@ def plot_study(rows: list[dict], kind: str, path: str, caption: str) -> str | No
         for ax in (ax1, ax2):
             ax.set_xticks(n)
     elif kind in ("batch", "accumulation"):
-        fig, ax1 = plt.subplots(figsize=(6, 4))
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
         x_key = "per_device_batch" if kind == "batch" else "grad_accum"
+        xlabel = "per-device batch" if kind == "batch" else "gradient accumulation steps"
         for procs in sorted({int(r["processes"]) for r in ok}):
-            series = sorted((int(r[x_key]), float(r["images_per_s"])) for r in ok if int(r["processes"]) == procs)
-            ax1.plot([s[0] for s in series], [s[1] for s in series], "o-", label=f"{procs} process(es)")
-        ax1.set(xlabel="per-device batch" if kind == "batch" else "gradient accumulation steps", ylabel="images/s",
-                title=f"{kind} sweep")
-        ax1.set_xscale("log", base=2)
-        ax1.legend()
+            series = sorted((int(r[x_key]), float(r["images_per_s"]), _num(r.get("speedup")))
+                            for r in ok if int(r["processes"]) == procs)
+            xs = [s[0] for s in series]
+            ax1.plot(xs, [s[1] for s in series], "o-", label=f"{procs} process(es)")
+            if procs > 1:
+                ax2.plot(xs, [s[2] if s[2] is not None else float("nan") for s in series], "o-",
+                         label=f"{procs} processes (ideal {procs})")
+        ax1.set(xlabel=xlabel, ylabel="images/s", title=f"{kind} sweep: throughput")
+        ax2.set(xlabel=xlabel, ylabel="speedup over 1 process", title=f"{kind} sweep: speedup")
+        for ax in (ax1, ax2):
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(sorted({int(r[x_key]) for r in ok}))
+            ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+            ax.legend()
     else:  # zero comparison: memory against throughput, one point per config
         fig, ax1 = plt.subplots(figsize=(6, 4))
         for r in ok:
@@ -139,8 +154,8 @@ def plot_study(rows: list[dict], kind: str, path: str, caption: str) -> str | No
             ax1.scatter(float(r["images_per_s"]), mem)
             ax1.annotate(f"{r['ds_config']} ({r['processes']}p)", (float(r["images_per_s"]), mem))
         ax1.set(xlabel="images/s", ylabel="peak memory per device (MiB)", title="ZeRO stages: memory vs throughput")
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
     fig.text(0.01, 0.01, caption, fontsize=7, wrap=True)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -233,7 +233,7 @@ def caption(a: StudyArguments, rows: list[dict], extra: list[str]) -> str:
 
 def write_report(a: StudyArguments, rows: list[dict], extra: list[str]) -> None:
     kind = a.study
-    rows = add_scaling_columns(rows, "weak" if kind == "weak" else "strong")
+    rows = add_scaling_columns(rows, kind)
     for row in rows:
         mem = row.get("memory_max_bytes")
         row["memory_mib"] = mem / 2**20 if isinstance(mem, (int, float)) else None

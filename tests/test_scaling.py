@@ -38,6 +38,9 @@ def test_scaling_columns_pair_rows_with_their_baseline():
     assert strong[2]["efficiency"] is None and strong[3]["efficiency"] == pytest.approx(1.0)
     weak = add_scaling_columns([dict(r, per_device_batch=32) for r in rows[:2]], "weak")
     assert weak[1]["efficiency"] == pytest.approx(100 / 60)
+    batch = add_scaling_columns([dict(rows[0], per_device_batch=32, epoch_time_s=10.0),
+                                 dict(rows[1], per_device_batch=32, global_batch=128, epoch_time_s=8.0)], "batch")
+    assert batch[1]["speedup"] == pytest.approx(1.25) and batch[1]["efficiency"] == pytest.approx(0.625)
     # No 1-process run (4 nodes x 1 and x 2 GPUs): the 4-process row is the baseline.
     multi = add_scaling_columns([dict(rows[0], processes=1, world_size=4, epoch_time_s=40.0),
                                  dict(rows[1], processes=2, world_size=8, epoch_time_s=25.0)], "strong")
