@@ -253,7 +253,7 @@ class ThroughputCallback(TrainerCallback):
             with open(os.path.join(args.output_dir, REPORT_FILENAME), "w", encoding="utf-8") as f:
                 json.dump(self.report, f, indent=2)
             if self.print_table:
-                print(format_report(self.report), flush=True)
+                print("\n" + format_report(self.report), flush=True)  # on its own lines after the progress bar
 
     # ------------------------------------------------------------------ figures
 

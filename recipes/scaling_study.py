@@ -59,7 +59,8 @@ class StudyArguments:
         metadata={"help": "ds_configs/ names, comma-separated ('none' = plain Trainer). --study zero default: "
                   "zero0,zero1,zero2,zero2_offload,zero3,zero3_offload."})
     simulate_slow_ranks: str = field(
-        default="", metadata={"help": "Heterogeneity dimension: ';'-separated --simulate_slow_ranks values, '' = off."})
+        default="", metadata={"help": "Heterogeneity dimension: ';'-separated --simulate_slow_ranks values, 'none' "
+                              "for an unslowed cell, e.g. 'none;1:2.0'. Default: off."})
     launcher: str = field(default="torchrun", metadata={"help": "torchrun or accelerate.",
                                                         "choices": ["torchrun", "accelerate"]})
     threads_per_process: int = field(default=1, metadata={"help": "OMP_NUM_THREADS for every process."})
@@ -81,7 +82,7 @@ def build_grid(a: StudyArguments) -> list[dict]:
     configs = [c for c in a.ds_configs.split(",") if c]
     if a.study == "zero" and a.ds_configs == "zero0":
         configs = ["zero0", "zero1", "zero2", "zero2_offload", "zero3", "zero3_offload"]
-    slow = [s for s in a.simulate_slow_ranks.split(";") if s] or [""]
+    slow = [("" if s.strip() == "none" else s.strip()) for s in a.simulate_slow_ranks.split(";") if s.strip()] or [""]
     grid = []
     for n in _ints(a.processes):
         world = n * a.nnodes

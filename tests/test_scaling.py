@@ -120,3 +120,19 @@ def test_two_nodes_on_one_machine(tmp_path):
     report = read_json(tmp_path / "node0" / "throughput.json")
     assert report["setup"]["num_nodes"] == 2 and report["setup"]["world_size"] == 2
     assert not (tmp_path / "node1" / "throughput.json").exists()  # only the main process writes
+
+
+def test_study_grid_takes_heterogeneity_and_caps_the_per_device_batch():
+    sys.path.insert(0, str(REPO / "recipes"))
+    from scaling_study import StudyArguments, build_grid, cell_command
+
+    args = StudyArguments(study="strong", output_dir="/tmp/unused", processes="1,2", global_batch_size=256,
+                          max_per_device_batch=64, simulate_slow_ranks="1:2.0;none")
+    grid = build_grid(args)
+    assert [(c["processes"], c["per_device_batch"], c["grad_accum"], c["slow"]) for c in grid] == [
+        (1, 64, 4, "1:2.0"), (1, 64, 4, ""), (2, 64, 2, "1:2.0"), (2, 64, 2, "")]
+    assert all(c["global_batch"] == 256 for c in grid)
+    cmd = [str(x) for x in cell_command(args, grid[2], 2, "/tmp/unused/run", ["--max_steps", "5"], 0)]
+    assert cmd[cmd.index("--simulate_slow_ranks") + 1] == "1:2.0" and cmd[-2:] == ["--max_steps", "5"]
+    assert "--nproc_per_node" in cmd and cmd[cmd.index("--nproc_per_node") + 1] == "2"
+    assert grid[2]["name"] != grid[3]["name"]  # simulated and real cells never share a run folder
