@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import yaml
 from transformers import HfArgumentParser, TrainingArguments
 
-from .deepspeed_config import load_ds_config
+from .deepspeed_config import load_ds_config, zero_stage
 from .errors import UserInputError
 from .models import MODEL_PRESETS
 
@@ -263,6 +263,20 @@ def check_ds_config_against_flags(training_args) -> None:
         )
 
 
+def check_balance_batches(mode: str, training_args) -> None:
+    """--balance_batches: shares must name every rank, and ZeRO-3 is refused (checked before any loading)."""
+    if mode == "off" or training_args.world_size == 1:
+        return
+    ds = getattr(training_args, "hf_deepspeed_config", None)
+    if ds is not None and zero_stage(ds.config) == 3:
+        raise UserInputError("--balance_batches works with plain DDP and ZeRO 0-2; ZeRO-3 partitions the parameters, "
+                             "so the calibration cannot run the model alone on each rank. Fix: use ZeRO-2.")
+    if mode != "calibrate":
+        from .hetero import parse_shares
+
+        parse_shares(mode, training_args.world_size)
+
+
 def validate_args(model_args, data_args, scaling_args, training_args) -> None:
     """Reject bad combinations before any data or model is loaded."""
     if model_args.model_name_or_path and model_args.model_preset:
@@ -300,5 +314,6 @@ def validate_args(model_args, data_args, scaling_args, training_args) -> None:
         raise UserInputError("--peak_tflops must be positive (TFLOP/s per device).")
     parse_slow_ranks(scaling_args.simulate_slow_ranks)
     check_ds_config_against_flags(training_args)
+    check_balance_batches(scaling_args.balance_batches, training_args)
     if scaling_args.reference_batch_size <= 0:
         raise UserInputError(f"--reference_batch_size must be positive, got {scaling_args.reference_batch_size}.")

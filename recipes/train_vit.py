@@ -1,9 +1,10 @@
 #!/usr/bin/env python
 """Train a ViT from scratch or fine-tune one with the Hugging Face Trainer, optionally with DeepSpeed ZeRO.
 
-Tried on a 2-core CPU (no GPU, DeepSpeed's CPU accelerator over gloo):
+Tried on a 2-core CPU (no GPU, DeepSpeed's CPU accelerator over gloo; on CPU accelerate needs --multi_gpu to
+start more than one process):
 
-    accelerate launch --num_processes 2 recipes/train_vit.py --ds_config ds_configs/zero2.json \
+    accelerate launch --multi_gpu --num_processes 2 recipes/train_vit.py --ds_config ds_configs/zero2.json \
         --model_preset vit-tiny-cpu --output_dir outputs/digits --num_train_epochs 30 --report_to none
 
 On GPUs, the study's setup (ViT-B/16 from scratch at 224 px on CIFAR-100, 8 GPUs):
@@ -43,7 +44,6 @@ from hf_vit_scaling import (
     count_parameters,
     image_processor_for,
     init_deepspeed_comm,
-    load_ds_config,
     load_image_classification_data,
     load_model_for_finetuning,
     make_compute_metrics,
@@ -83,14 +83,12 @@ def processor_size_and_norm(processor, config):
     return size, processor.image_mean, processor.image_std
 
 
-def balanced_rank_batches(mode, model, train_dataset, collate, training_args, ds_config) -> list[int] | None:
-    """Per-rank micro-batches for heterogeneous clusters: from explicit shares or a short calibration."""
+def balanced_rank_batches(mode, model, train_dataset, collate, training_args) -> list[int] | None:
+    """Per-rank micro-batches for heterogeneous clusters: from explicit shares or a short calibration
+    (the flag was checked by parse_args: shares name every rank, no ZeRO-3)."""
     world = training_args.world_size
     if mode == "off" or world == 1:
         return None
-    if zero_stage(ds_config) == 3:
-        raise UserInputError("--balance_batches works with plain DDP and ZeRO 0-2; ZeRO-3 partitions the parameters, "
-                             "so the calibration cannot run the model alone on each rank. Fix: use ZeRO-2.")
     global_batch = training_args.per_device_train_batch_size * world
     if mode == "calibrate":
         model.to(training_args.device)
@@ -152,7 +150,8 @@ def main(argv=None) -> int:
         training_args.dataloader_pin_memory = False  # pinning needs an accelerator
     ds_config_path = training_args.deepspeed if isinstance(training_args.deepspeed, str) else None
     lr_info = apply_lr_scaling(training_args, scaling_args.lr_scaling, scaling_args.reference_batch_size)
-    ds_config = load_ds_config(ds_config_path) if ds_config_path else None
+    # parse_args checked and loaded the file; TrainingArguments holds it (with the Trainer's "auto" values filled).
+    ds_config = training_args.hf_deepspeed_config.config if training_args.deepspeed else None
     if ds_config is not None:
         init_deepspeed_comm()  # ZeRO-3 builds the model partitioned: DeepSpeed must know the world first
 
@@ -178,7 +177,7 @@ def main(argv=None) -> int:
     if slow_ranks.get(training_args.process_index, 1.0) > 1.0:
         SlowRankSimulator(slow_ranks[training_args.process_index]).attach(model)  # labelled in every report
     rank_batches = balanced_rank_batches(scaling_args.balance_batches, model, splits["train"], collate,
-                                         training_args, ds_config)
+                                         training_args)
 
     trainer = VitTrainer(
         model=model,

@@ -67,3 +67,23 @@ def test_bad_input_is_refused_clearly(tmp_path, case):
     assert "Traceback" not in proc.stderr
     written = list(out.rglob("*")) if out.exists() else []
     assert written == [], written
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize(
+    "args, expected",
+    [(["--ds_config", "ds_configs/zero3.json", "--balance_batches", "1,2"], ["ZeRO-3", "Fix: use ZeRO-2"]),
+     (["--balance_batches", "1,2,3"], ["--balance_batches '1,2,3'", "one positive share per rank (2 ranks)"])],
+    ids=["zero3", "share-count"],
+)
+def test_bad_balance_batches_is_refused_before_loading(tmp_path, args, expected):
+    out = tmp_path / "out"
+    proc = run_recipe(out, *args, "--max_steps", "2", launcher="torchrun", nproc=2, check=False)
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: --balance_batches")]
+    assert len(errors) == 1, proc.stderr[-3000:]  # printed once, by the main process
+    for text in expected:
+        assert text in errors[0], errors[0]
+    # torchrun prints its own ChildFailedError traceback for the exit code 2; the recipe itself must not crash.
+    assert 'train_vit.py", line' not in proc.stderr
+    assert not out.exists() or list(out.rglob("*")) == []
