@@ -10,8 +10,6 @@ the first `--warmup` steps of each run dropped; the figure per arm is the median
 """
 
 import argparse
-import json
-import os
 import platform
 import statistics
 import tempfile
@@ -19,6 +17,7 @@ import time
 
 import torch
 import transformers
+from _common import report_result  # benchmarks/_common.py (scripts run as benchmarks/<name>.py)
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from hf_vit_scaling import (
@@ -124,11 +123,7 @@ def main():
         "callback_direct_cost_s_per_step": direct,
         "direct_cost_fraction_of_step": direct / median["without"],
     }
-    print(json.dumps(result, indent=2))
-    if args.output:
-        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-        with open(args.output, "w") as f:
-            json.dump(result, f, indent=2)
+    report_result(result, args.output)
 
 
 if __name__ == "__main__":

@@ -17,12 +17,13 @@ sized to finish within 8 minutes on one H200.
 
 import argparse
 import csv
-import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from hf_vit_scaling import load_throughput_report
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -77,7 +78,7 @@ def main():
                                   text=True, env=env)
             row = {"ds_config": stage, "input_path": input_path, "status": "ok" if proc.returncode == 0 else "failed"}
             if proc.returncode == 0:
-                report = json.load(open(os.path.join(out, "throughput.json")))
+                report = load_throughput_report(os.path.join(out, "throughput.json"))
                 row.update(images_per_s=report["throughput"]["images_per_s"],
                            tflops_per_device=report["flops"]["achieved_tflops_per_device"],
                            mfu=report["flops"]["mfu"], peak_source=report["flops"]["peak_source"],

@@ -23,6 +23,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _common import report_result  # benchmarks/_common.py (scripts run as benchmarks/<name>.py)
+
+from hf_vit_scaling import load_throughput_report
+
 REPO = Path(__file__).resolve().parents[1]
 COMMON = ["--model_preset", "vit-tiny-cpu", "--image_size", "32", "--crop_scale_min", "0.5", "--horizontal_flip",
           "false", "--learning_rate", "1e-3", "--weight_decay", "0.05", "--warmup_steps", "20", "--eval_strategy",
@@ -37,8 +41,9 @@ def launch(nproc: int, args: list[str], out: str) -> dict:
         cmd = ["taskset", "-c", "0", sys.executable]
     subprocess.run(cmd + [str(REPO / "recipes" / "train_vit.py"), "--output_dir", out, *COMMON, *args],
                    check=True, capture_output=True, text=True, env=env)
-    report = json.load(open(os.path.join(out, "throughput.json")))
-    results = json.load(open(os.path.join(out, "all_results.json")))
+    report = load_throughput_report(os.path.join(out, "throughput.json"))
+    with open(os.path.join(out, "all_results.json")) as f:
+        results = json.load(f)
     return {"images_per_s": report["throughput"]["images_per_s"], "eval_accuracy": results.get("eval_accuracy"),
             "rank_batches": report["setup"]["rank_batches"],
             "sync_wait_s": [r["est_sync_wait_s"] for r in report["ranks"]["per_rank"]]}
@@ -80,11 +85,7 @@ def main():
         "rank_batches_balanced": [r["rank_batches"] for r in runs["balanced"]],
         "runs": runs,
     }
-    print(json.dumps(result, indent=2))
-    if args.output:
-        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-        with open(args.output, "w") as f:
-            json.dump(result, f, indent=2)
+    report_result(result, args.output)
 
 
 if __name__ == "__main__":

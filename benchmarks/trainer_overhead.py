@@ -21,6 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import report_result  # benchmarks/_common.py (scripts run as benchmarks/<name>.py)
+
+from hf_vit_scaling import load_throughput_report
+
 REPO = Path(__file__).resolve().parents[1]
 
 HAND_LOOP = r"""
@@ -83,8 +87,7 @@ def recipe(args, ds_config: str | None) -> float:
         if ds_config:
             cmd += ["--ds_config", str(REPO / "ds_configs" / ds_config)]
         subprocess.run(cmd, capture_output=True, text=True, env=env(args.threads), check=True)
-        with open(os.path.join(out, "throughput.json")) as f:
-            return json.load(f)["step_time_s"]["median"]
+        return load_throughput_report(os.path.join(out, "throughput.json"))["step_time_s"]["median"]
 
 
 def main():
@@ -110,10 +113,7 @@ def main():
         "step_rate_ratio_vs_hand_loop": {k: arms["hand_loop"] / v for k, v in arms.items() if k != "hand_loop"},
         "wall_s": time.time() - start,
     }
-    print(json.dumps(result, indent=2))
-    if args.output:
-        with open(args.output, "w") as f:
-            json.dump(result, f, indent=2)
+    report_result(result, args.output)
 
 
 if __name__ == "__main__":

@@ -235,7 +235,7 @@ class ThroughputCallback(TrainerCallback):
         """Add running figures to training logs (this callback runs first, so TensorBoard & co. receive them)."""
         if logs is None or "loss" not in logs:
             return
-        live = self._local_figures()
+        live = self._rate_figures()
         if live["images_per_s"] is not None:
             logs["throughput/images_per_s"] = round(live["images_per_s"] * self.world_size, 2)
             logs["throughput/step_time_s"] = round(live["step_time_median"], 5)
@@ -261,19 +261,30 @@ class ThroughputCallback(TrainerCallback):
         """Indices of the steps after warm-up (an interval with an eval/save before a step counts no data wait)."""
         return [i for i in range(self.warmup_steps, len(self.compute))]
 
-    def _local_figures(self) -> dict:
+    def _rate_figures(self) -> dict:
+        """What the training logs need, on every logging step: images/s and step times of this rank."""
         idx = self._measured_steps()
         step_times = [self.compute[i] + self.data_wait[i] for i in idx if not self.excluded_before[i]]
         measured_time = sum(self.compute[i] + (0.0 if self.excluded_before[i] else self.data_wait[i]) for i in idx)
         images = sum(self.images[i] for i in idx)
-        waits = [self.data_wait[i] for i in idx if not self.excluded_before[i]]
         return {
             "steps": len(idx),
             "images": images,
             "measured_time": measured_time,
             "images_per_s": images / measured_time if measured_time > 0 else None,
-            "step_time_mean": _mean(step_times),
+            "step_times": step_times,
             "step_time_median": statistics.median(step_times) if step_times else None,
+        }
+
+    def _local_figures(self) -> dict:
+        """Everything this rank contributes to the final report (gathered to the main process)."""
+        rates = self._rate_figures()
+        idx = self._measured_steps()
+        step_times = rates.pop("step_times")
+        waits = [self.data_wait[i] for i in idx if not self.excluded_before[i]]
+        return {
+            **rates,
+            "step_time_mean": _mean(step_times),
             "step_time_p90": _percentile(step_times, 90),
             "compute_mean": _mean([self.compute[i] for i in idx]),
             "data_wait_mean": _mean(waits),

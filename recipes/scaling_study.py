@@ -28,6 +28,7 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
+from hf_vit_scaling import load_throughput_report
 from hf_vit_scaling.scaling import (
     RESULT_FIELDS,
     STUDY_COLUMNS,
@@ -35,6 +36,7 @@ from hf_vit_scaling.scaling import (
     markdown_table,
     plot_study,
 )
+from hf_vit_scaling.throughput import REPORT_FILENAME
 
 RECIPE = Path(__file__).resolve().parent / "train_vit.py"
 STUDIES = ("batch", "accumulation", "strong", "weak", "zero")
@@ -147,8 +149,9 @@ def cell_command(a: StudyArguments, cell: dict, index: int, run_dir: str, extra:
 
 
 def row_from_run(cell: dict, a: StudyArguments, run_dir: str) -> dict:
-    report = json.load(open(os.path.join(run_dir, "throughput.json")))
-    results = json.load(open(os.path.join(run_dir, "all_results.json")))
+    report = load_throughput_report(os.path.join(run_dir, REPORT_FILENAME))
+    with open(os.path.join(run_dir, "all_results.json")) as f:
+        results = json.load(f)
     setup, t = report["setup"], report["throughput"]
     train_samples = results.get("train_samples")
     ips = t["images_per_s"]
@@ -185,7 +188,7 @@ def run_cell(a, cell, index, total, extra, n_train) -> dict:
     base = dict(cell=cell["name"], study=a.study, processes=cell["processes"], per_device_batch=cell["per_device_batch"],
                 grad_accum=cell["grad_accum"], global_batch=cell["global_batch"], ds_config=cell["ds_config"],
                 simulated_slow_ranks=cell["slow"])
-    done = os.path.join(run_dir, "throughput.json")
+    done = os.path.join(run_dir, REPORT_FILENAME)
     if a.node_rank == 0 and os.path.isfile(done) and os.path.isfile(os.path.join(run_dir, "all_results.json")):
         print(f"[{index + 1}/{total}] {cell['name']}: finished earlier, skipped", flush=True)
         return dict(base, **row_from_run(cell, a, run_dir), wall_s=None)
