@@ -3,10 +3,20 @@
 from .arguments import (
     DataArguments,
     ModelArguments,
+    ReliabilityArguments,
     ScalingArguments,
     ensure_single_process_env,
     parse_args,
     parse_slow_ranks,
+)
+from .checkpoints import (
+    checkpoint_problem,
+    mark_checkpoint_complete,
+    needs_universal_checkpoint,
+    newest_complete_checkpoint,
+    prepare_world_size_change,
+    resolve_resume_checkpoint,
+    write_json_atomically,
 )
 from .data import (
     BUILTIN_DATASET,
@@ -14,7 +24,9 @@ from .data import (
     ImageTransform,
     attach_transforms,
     collate_image_batch,
+    find_bad_images,
     load_image_classification_data,
+    with_sample_index,
 )
 from .deepspeed_config import init_deepspeed_comm, load_ds_config, offload_targets, zero_stage
 from .errors import UserInputError
@@ -40,11 +52,24 @@ from .models import (
     preset_config,
 )
 from .throughput import ThroughputCallback, add_throughput_callback, format_report, load_throughput_report
-from .trainer import VitTrainer
+from .trainer import CheckpointSaveError, NonFiniteLossError, TrainingStopped, VitTrainer
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ReliabilityArguments",
+    "find_bad_images",
+    "with_sample_index",
+    "checkpoint_problem",
+    "mark_checkpoint_complete",
+    "needs_universal_checkpoint",
+    "newest_complete_checkpoint",
+    "prepare_world_size_change",
+    "resolve_resume_checkpoint",
+    "write_json_atomically",
+    "CheckpointSaveError",
+    "NonFiniteLossError",
+    "TrainingStopped",
     "SlowRankSimulator",
     "UnevenBatchSampler",
     "calibrate_speeds",

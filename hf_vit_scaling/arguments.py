@@ -101,6 +101,15 @@ class DataArguments:
             "choices": ["auto", "device", "per_sample"],
         },
     )
+    on_bad_image: str = field(
+        default="skip",
+        metadata={
+            "help": "An image that cannot be decoded (corrupt, truncated): skip leaves it out of its batch and counts "
+            "and names it (skipped_images.json, all_results.json); fail decodes every image before training and "
+            "stops at the first bad one, naming it.",
+            "choices": ["skip", "fail"],
+        },
+    )
 
 
 @dataclass
@@ -149,7 +158,30 @@ class ScalingArguments:
     )
 
 
-ALL_ARGUMENT_CLASSES = (ModelArguments, DataArguments, ScalingArguments, TrainingArguments)
+@dataclass
+class ReliabilityArguments:
+    """What happens on bad numbers, and what is recorded to audit a resumed run.
+    (Resuming: TrainingArguments' --resume_from_checkpoint PATH, or `latest` for the newest complete checkpoint.)"""
+
+    on_nonfinite_loss: str = field(
+        default="stop",
+        metadata={
+            "help": "A NaN or inf training loss on any rank: stop ends training with an error naming the step and the "
+            "newest complete checkpoint; skip leaves that optimizer step out on every rank and counts it "
+            "(needs --gradient_accumulation_steps 1).",
+            "choices": ["stop", "skip"],
+        },
+    )
+    trace_samples: bool = field(
+        default=False,
+        metadata={
+            "help": "Append each step's dataset rows to output_dir/sample_trace/rank{R}.jsonl, to check the "
+            "data order of resumed runs."
+        },
+    )
+
+
+ALL_ARGUMENT_CLASSES = (ModelArguments, DataArguments, ScalingArguments, ReliabilityArguments, TrainingArguments)
 LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
 
@@ -208,7 +240,8 @@ def has_accelerator() -> bool:
 
 
 def parse_args(argv: list[str] | None = None):
-    """Parse (ModelArguments, DataArguments, ScalingArguments, TrainingArguments) from argv or one .json/.yaml file."""
+    """Parse (ModelArguments, DataArguments, ScalingArguments, ReliabilityArguments, TrainingArguments) from argv or
+    one .json/.yaml file."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = HfArgumentParser(ALL_ARGUMENT_CLASSES)
     if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
@@ -218,7 +251,7 @@ def parse_args(argv: list[str] | None = None):
         _resolve_ds_config(values)
         # Without an accelerator, accelerate only sets up a multi-process (gloo) world when told it runs on CPU.
         values.setdefault("use_cpu", not has_accelerator())
-        model_args, data_args, scaling_args, training_args = parser.parse_dict(values)
+        model_args, data_args, scaling_args, reliability_args, training_args = parser.parse_dict(values)
     else:
         values = {"ds_config": _option_value(argv, "--ds_config"), "deepspeed": _option_value(argv, "--deepspeed")}
         if "-h" not in argv and "--help" not in argv:
@@ -228,9 +261,49 @@ def parse_args(argv: list[str] | None = None):
         if "--use_cpu" not in argv and not has_accelerator():
             # Without an accelerator, accelerate only sets up a multi-process (gloo) world when told it runs on CPU.
             argv += ["--use_cpu", "true"]
-        model_args, data_args, scaling_args, training_args = parser.parse_args_into_dataclasses(argv)
+        model_args, data_args, scaling_args, reliability_args, training_args = parser.parse_args_into_dataclasses(argv)
+    keep_hub_token_out_of_arguments(training_args)
     validate_args(model_args, data_args, scaling_args, training_args)
-    return model_args, data_args, scaling_args, training_args
+    check_nonfinite_policy(reliability_args, training_args)
+    check_restart_setup(training_args, os.environ)
+    return model_args, data_args, scaling_args, reliability_args, training_args
+
+
+def keep_hub_token_out_of_arguments(training_args) -> None:
+    """The Trainer pickles TrainingArguments into every training_args.bin (and a pushed repo gets it). A token
+    given with --hub_token moves to this process's HF_TOKEN, which huggingface_hub reads for uploads, so it is never
+    saved, logged or reported."""
+    if training_args.hub_token:
+        os.environ["HF_TOKEN"] = training_args.hub_token
+        training_args.hub_token = None
+
+
+def check_restart_setup(training_args, env) -> None:
+    """torchrun --max-restarts N reruns the same command after a worker dies. Refuse, before any work, the two
+    setups where that restart cannot continue the run."""
+    if int(env.get("TORCHELASTIC_MAX_RESTARTS", "0")) <= 0:
+        return
+    if training_args.resume_from_checkpoint != "latest":
+        raise UserInputError(
+            "torchrun --max-restarts reruns this same command after a failure, so it must resume by itself. Fix: add "
+            "--resume_from_checkpoint latest (and --save_strategy steps --save_steps N) to the recipe's flags."
+        )
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        raise UserInputError(
+            "torchrun --max-restarts with its default (static) rendezvous shares one store across attempts: the "
+            "restarted workers' process groups read the dead workers' addresses and hang (measured here; "
+            "pytorch/pytorch#135712). Fix: launch with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --rdzv-backend "
+            "c10d --rdzv-endpoint HOST:PORT --max-restarts N ..."
+        )
+
+
+def check_nonfinite_policy(reliability_args, training_args) -> None:
+    if reliability_args.on_nonfinite_loss == "skip" and training_args.gradient_accumulation_steps > 1:
+        raise UserInputError(
+            "--on_nonfinite_loss skip needs --gradient_accumulation_steps 1 (a skipped micro-batch would leave a "
+            "partial accumulated gradient). Fix: use --on_nonfinite_loss stop, or fold the accumulation into "
+            "--per_device_train_batch_size."
+        )
 
 
 def parse_slow_ranks(spec: str | None) -> dict[int, float]:

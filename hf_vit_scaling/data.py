@@ -5,6 +5,7 @@ column, checked before training starts. Transforms are plain torch (no torchvisi
 """
 
 import glob
+import io
 import math
 import os
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ class ImageClassificationData:
     label_column: str
     label_names: list[str]
     source: str
+    on_bad_image: str = "skip"  # skip: leave undecodable images out of their batch and count them; fail: stop
 
 
 def builtin_digits() -> DatasetDict:
@@ -48,23 +50,15 @@ def builtin_digits() -> DatasetDict:
 
 
 def check_image_folder(folder: str, flag: str) -> None:
-    """Every image file opens and verifies; the folder holds at least one. Names the first bad file."""
-    files = [p for p in glob.glob(os.path.join(folder, "**", "*"), recursive=True)
-             if p.lower().endswith(IMAGE_EXTENSIONS)]
+    """The folder holds at least one image file (each file is decoded later: see `find_bad_images`)."""
+    files = [
+        p for p in glob.glob(os.path.join(folder, "**", "*"), recursive=True) if p.lower().endswith(IMAGE_EXTENSIONS)
+    ]
     if not files:
         raise UserInputError(
             f"{flag} {folder!r} holds no images ({', '.join(IMAGE_EXTENSIONS)}). "
             "Fix: point it at a folder with one sub-folder of images per class."
         )
-    for path in sorted(files):
-        try:
-            with Image.open(path) as img:
-                img.verify()
-        except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
-            raise UserInputError(
-                f"{flag}: image file {path!r} is unreadable or corrupt ({err.__class__.__name__}: {err}). "
-                "Fix: remove or replace that file."
-            ) from err
 
 
 def _load_image_folders(train_dir: str, validation_dir: str | None) -> DatasetDict:
@@ -178,6 +172,9 @@ def load_image_classification_data(data_args, seed: int = 42, cache_dir: str | N
         raise UserInputError(f"Dataset {source!r} has no 'train' split (splits: {', '.join(splits)}).")
     features = splits["train"].features
     image_column = detect_image_column(features, data_args.image_column_name)
+    splits = decode_images_lazily(splits, image_column)
+    if data_args.on_bad_image == "fail":
+        refuse_bad_images(splits, image_column)
     label_column = detect_label_column(features, data_args.label_column_name)
     splits = _ensure_eval_split(splits, data_args.train_val_split, seed, label_column)
     splits = DatasetDict(
@@ -186,7 +183,132 @@ def load_image_classification_data(data_args, seed: int = 42, cache_dir: str | N
     )
     if len(splits["train"]) == 0 or len(splits["validation"]) == 0:
         raise UserInputError(f"Dataset {source!r} gives an empty train or validation split. Fix: add images.")
-    return ImageClassificationData(splits, image_column, label_column, label_names_of(splits, label_column), source)
+    return ImageClassificationData(
+        splits, image_column, label_column, label_names_of(splits, label_column), source, data_args.on_bad_image
+    )
+
+
+# ---------------------------------------------------------------- decoding that survives a bad file
+
+BAD_IMAGE_POLICIES = ("skip", "fail")
+_DECODE_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError)
+
+
+def decode_images_lazily(splits: DatasetDict, image_column: str) -> DatasetDict:
+    """Keep the image column as encoded bytes/paths, so one corrupt file fails in our decoder (which can skip it)
+    rather than inside datasets' row access (which would fail the whole batch)."""
+    if not isinstance(splits["train"].features[image_column], ImageFeature):
+        return splits
+    return DatasetDict(
+        {name: split.cast_column(image_column, ImageFeature(decode=False)) for name, split in splits.items()}
+    )
+
+
+def image_name(value, index: int | None = None) -> str:
+    path = value.get("path") if isinstance(value, dict) else None
+    return repr(path) if path else f"row {index}" if index is not None else "(in memory)"
+
+
+def decode_image(value) -> Image.Image:
+    """A stored image (PIL image, or datasets' undecoded {"bytes", "path"}) -> a fully loaded PIL image.
+    Raises one of _DECODE_ERRORS for a corrupt, truncated or unsupported file."""
+    if not isinstance(value, dict):
+        return value
+    source = io.BytesIO(value["bytes"]) if value.get("bytes") else value.get("path")
+    if source is None:
+        raise ValueError("neither bytes nor a path")
+    image = Image.open(source)
+    image.load()  # decode now: a truncated file fails here, not later inside a transform
+    return image
+
+
+def try_decode_image(value) -> tuple[Image.Image | None, str | None]:
+    """(image, None), or (None, why) when the file cannot be decoded."""
+    try:
+        return decode_image(value), None
+    except _DECODE_ERRORS as err:
+        return None, f"{err.__class__.__name__}: {err}"
+
+
+def find_bad_images(split: Dataset, image_column: str, first_only: bool = False) -> list[dict]:
+    """Decode every image of a split (undecoded column): [{"sample", "reason"}] for those that fail."""
+    bad, index = [], 0
+    for batch in split.select_columns([image_column]).iter(batch_size=256):  # not the whole column in memory
+        for value in batch[image_column]:
+            _, reason = try_decode_image(value)
+            if reason:
+                bad.append({"sample": image_name(value, index), "reason": reason})
+                if first_only:
+                    return bad
+            index += 1
+    return bad
+
+
+def refuse_bad_images(splits: DatasetDict, image_column: str) -> None:
+    """--on_bad_image fail: decode everything now, before the model is built; name the first bad image."""
+    for name, split in splits.items():
+        bad = find_bad_images(split, image_column, first_only=True)
+        if bad:
+            raise UserInputError(
+                f"--on_bad_image fail: {name} image {bad[0]['sample']} cannot be decoded ({bad[0]['reason']}). "
+                "Fix: remove or replace that file, or pass --on_bad_image skip to train without it."
+            )
+
+
+class SampleIndexDataset(torch.utils.data.Dataset):
+    """A split whose items also carry `sample_index` (their row), so a batch can say which rows it holds: used to
+    name skipped images and to trace the data order (`--trace_samples`)."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        return {**self.dataset[index], "sample_index": index}
+
+    def __getitems__(self, indices):  # the DataLoader's batched fetch: one transform call per batch
+        return [{**item, "sample_index": i} for i, item in zip(indices, self.dataset.__getitems__(indices))]
+
+
+def with_sample_index(splits) -> dict:
+    return {name: SampleIndexDataset(split) for name, split in splits.items()}
+
+
+def decoded_or_marked(values, policy: str) -> tuple[list, list]:
+    """Decode a batch of stored images. Returns (images with None for bad ones, bad-image notes or None).
+    policy "fail": a bad image raises UserInputError naming it instead."""
+    images, notes = [], []
+    for value in values:
+        image, reason = try_decode_image(value)
+        if reason and policy == "fail":
+            raise UserInputError(
+                f"--on_bad_image fail: image {image_name(value)} cannot be decoded ({reason}). "
+                "Fix: remove or replace it, or pass --on_bad_image skip."
+            )
+        images.append(image)
+        notes.append({"sample": image_name(value), "reason": reason} if reason else None)
+    return images, notes
+
+
+def drop_bad_examples(examples: list[dict]) -> tuple[list[dict], dict]:
+    """Split a batch's examples into the decodable ones and the bookkeeping fields the Trainer pops:
+    `sample_index` (rows kept) and `bad_samples` (rows left out, with the reason)."""
+    good = [e for e in examples if not e.get("bad_image")]
+    extra = {}
+    if good and "sample_index" in good[0]:
+        extra["sample_index"] = torch.tensor([e["sample_index"] for e in good], dtype=torch.long)
+    bad = []
+    for e in examples:
+        if e.get("bad_image"):
+            note = dict(e["bad_image"])
+            if note["sample"] == image_name(None) and "sample_index" in e:
+                note["sample"] = f"row {e['sample_index']}"  # in-memory bytes: the row is the only name
+            bad.append(note)
+    if bad:
+        extra["bad_samples"] = bad
+    return good, extra
 
 
 # ---------------------------------------------------------------- transforms (per-sample, torch only)
@@ -255,14 +377,22 @@ class ImageTransform:
 
 
 def attach_transforms(data: ImageClassificationData, size: int, mean, std, data_args) -> DatasetDict:
-    """Set on-the-fly transforms producing `pixel_values` and `labels` (needs remove_unused_columns=False)."""
+    """Set on-the-fly transforms producing `pixel_values` and `labels` (needs remove_unused_columns=False).
+    An image that cannot be decoded gives `pixel_values` None and a `bad_image` note (see `collate_image_batch`)."""
+
     def make(train: bool):
-        transform = ImageTransform(size, mean, std, train, data_args.random_resized_crop, data_args.crop_scale_min,
-                                   data_args.horizontal_flip)
+        transform = ImageTransform(
+            size, mean, std, train, data_args.random_resized_crop, data_args.crop_scale_min, data_args.horizontal_flip
+        )
 
         def apply(batch):
-            return {"pixel_values": [transform(img) for img in batch[data.image_column]],
-                    "labels": batch[data.label_column]}
+            images, notes = decoded_or_marked(batch[data.image_column], data.on_bad_image)
+            return {
+                "pixel_values": [None if img is None else transform(img) for img in images],
+                "labels": batch[data.label_column],
+                "bad_image": notes,
+            }
+
         return apply
 
     data.splits["train"].set_transform(make(train=True))
@@ -271,7 +401,10 @@ def attach_transforms(data: ImageClassificationData, size: int, mean, std, data_
 
 
 def collate_image_batch(examples: list[dict]) -> dict:
+    """Stack a batch; images that could not be decoded are left out (and listed under `bad_samples`)."""
+    good, extra = drop_bad_examples(examples)
     return {
-        "pixel_values": torch.stack([e["pixel_values"] for e in examples]),
-        "labels": torch.tensor([e["labels"] for e in examples], dtype=torch.long),
+        "pixel_values": torch.stack([e["pixel_values"] for e in good]),
+        "labels": torch.tensor([e["labels"] for e in good], dtype=torch.long),
+        **extra,
     }

@@ -16,16 +16,27 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .data import ImageClassificationData, pil_to_uint8_tensor
+from .data import (
+    ImageClassificationData,
+    decoded_or_marked,
+    drop_bad_examples,
+    pil_to_uint8_tensor,
+    try_decode_image,
+)
 from .errors import UserInputError
 
 
 def attach_uint8_transforms(data: ImageClassificationData):
-    """Host side of the fast path: each example becomes a uint8 (3, H, W) tensor at its stored size."""
+    """Host side of the fast path: each example becomes a uint8 (3, H, W) tensor at its stored size (None, with a
+    `bad_image` note, when it cannot be decoded)."""
 
     def apply(batch):
-        return {"pixel_values": [pil_to_uint8_tensor(img) for img in batch[data.image_column]],
-                "labels": batch[data.label_column]}
+        images, notes = decoded_or_marked(batch[data.image_column], data.on_bad_image)
+        return {
+            "pixel_values": [None if img is None else pil_to_uint8_tensor(img) for img in images],
+            "labels": batch[data.label_column],
+            "bad_image": notes,
+        }
 
     data.splits["train"].set_transform(apply)
     data.splits["validation"].set_transform(apply)
@@ -33,6 +44,7 @@ def attach_uint8_transforms(data: ImageClassificationData):
 
 
 def collate_uint8_batch(examples: list[dict]) -> dict:
+    examples, extra = drop_bad_examples(examples)
     shapes = {tuple(e["pixel_values"].shape) for e in examples}
     if len(shapes) > 1:
         raise UserInputError(
@@ -42,6 +54,7 @@ def collate_uint8_batch(examples: list[dict]) -> dict:
     return {
         "pixel_values": torch.stack([e["pixel_values"] for e in examples]),
         "labels": torch.tensor([e["labels"] for e in examples], dtype=torch.long),
+        **extra,
     }
 
 
@@ -120,7 +133,10 @@ def images_share_one_size(data: ImageClassificationData, probe: int = 64) -> boo
     sizes = set()
     for split in ("train", "validation"):
         subset = data.splits[split].select(range(min(probe, len(data.splits[split]))))
-        sizes.update(img.size for img in subset[data.image_column])
+        for value in subset[data.image_column]:
+            image, _ = try_decode_image(value)
+            if image is not None:  # a bad image is skipped (or refused) later, not here
+                sizes.add(image.size)
     return len(sizes) == 1
 
 

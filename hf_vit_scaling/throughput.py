@@ -238,7 +238,8 @@ class ThroughputCallback(TrainerCallback):
         live = self._rate_figures()
         if live["images_per_s"] is not None:
             logs["throughput/images_per_s"] = round(live["images_per_s"] * self.world_size, 2)
-            logs["throughput/step_time_s"] = round(live["step_time_median"], 5)
+            if live["step_time_median"] is not None:  # None when every measured step followed a save/eval
+                logs["throughput/step_time_s"] = round(live["step_time_median"], 5)
             if self.peak_tflops and self.model is not None:
                 tflops = live["images_per_s"] * vit_train_flops_per_image(self.model.config) / 1e12
                 logs["throughput/mfu"] = round(tflops / self.peak_tflops, 5)

@@ -30,6 +30,7 @@ from hf_vit_scaling import (
     DEFAULT_PRESET,
     DevicePreprocessor,
     SlowRankSimulator,
+    TrainingStopped,
     UserInputError,
     VitTrainer,
     add_throughput_callback,
@@ -47,11 +48,16 @@ from hf_vit_scaling import (
     load_image_classification_data,
     load_model_for_finetuning,
     make_compute_metrics,
+    needs_universal_checkpoint,
     parse_args,
     parse_shares,
     parse_slow_ranks,
+    prepare_world_size_change,
     preset_config,
+    resolve_resume_checkpoint,
     split_batch,
+    with_sample_index,
+    write_json_atomically,
     write_model_card,
     zero_stage,
 )
@@ -103,6 +109,37 @@ def balanced_rank_batches(mode, model, train_dataset, collate, training_args) ->
     return sizes
 
 
+def resume_checkpoint(training_args, ds_config) -> str | None:
+    """--resume_from_checkpoint PATH or `latest` -> a complete checkpoint (or None); prepares DeepSpeed's universal
+    checkpoint when the number of processes changed since it was saved."""
+    is_main = training_args.process_index == 0
+    folder, notes = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+    world = training_args.world_size
+    if needs_universal_checkpoint(folder, world, zero_stage(ds_config)):
+        notes.append(prepare_world_size_change(folder, training_args, world, is_main))
+    if is_main:
+        for note in notes:
+            print(f"Resume: {note}", flush=True)
+    return folder
+
+
+def report_skips(trainer, training_args) -> dict:
+    """Gather every rank's skipped images (a collective) and write skipped_images.json and the counts."""
+    bad = trainer.gather_bad_samples()
+    counts = {
+        "train_skipped_images": sum(b["split"] == "train" for b in bad),
+        "eval_skipped_images": sum(b["split"] == "eval" for b in bad),
+        "train_nonfinite_steps_skipped": len(trainer.skipped_steps),
+    }
+    if trainer.is_world_process_zero():
+        trainer.save_metrics("reliability", counts)
+        if bad:
+            write_json_atomically(os.path.join(training_args.output_dir, "skipped_images.json"),
+                                  {"count": len(bad), "images": bad})
+            print(f"Skipped {len(bad)} image(s) that could not be decoded: see skipped_images.json", flush=True)
+    return {"bad images skipped": len(bad), "non-finite steps skipped": len(trainer.skipped_steps)}
+
+
 def card_info(model_args, data, training_args, model, model_desc, metrics, world_size, ds_config_path,
               lr_info) -> dict:
     gas = training_args.gradient_accumulation_steps
@@ -136,7 +173,7 @@ def card_info(model_args, data, training_args, model, model_desc, metrics, world
 
 def main(argv=None) -> int:
     try:
-        model_args, data_args, scaling_args, training_args = parse_args(argv)
+        model_args, data_args, scaling_args, reliability_args, training_args = parse_args(argv)
     except UserInputError as err:
         if is_main_process():
             print(f"error: {err}", file=sys.stderr)
@@ -155,6 +192,13 @@ def main(argv=None) -> int:
     if ds_config is not None:
         init_deepspeed_comm()  # ZeRO-3 builds the model partitioned: DeepSpeed must know the world first
 
+    try:
+        resume_from = resume_checkpoint(training_args, ds_config)
+    except UserInputError as err:
+        if training_args.process_index == 0:
+            print(f"error: {err}", file=sys.stderr)
+        return 2
+
     set_seed(training_args.seed)  # before the model is built: the same seed gives the same initial weights
     try:
         data = load_image_classification_data(data_args, seed=training_args.seed, cache_dir=model_args.cache_dir)
@@ -172,6 +216,7 @@ def main(argv=None) -> int:
                            data_args.horizontal_flip).attach(model)
     else:
         splits, collate = attach_transforms(data, size, mean, std, data_args), collate_image_batch
+    splits = with_sample_index(splits)  # batches say which rows they hold (skipped images, --trace_samples)
 
     slow_ranks = parse_slow_ranks(scaling_args.simulate_slow_ranks)
     if slow_ranks.get(training_args.process_index, 1.0) > 1.0:
@@ -187,13 +232,22 @@ def main(argv=None) -> int:
         data_collator=collate,
         compute_metrics=make_compute_metrics(len(data.label_names)),
         processing_class=processor,
+        nonfinite_policy=reliability_args.on_nonfinite_loss,
+        trace_samples=reliability_args.trace_samples,
     )
     trainer.rank_batches = rank_batches
     add_throughput_callback(trainer, warmup_steps=scaling_args.throughput_warmup_steps,
                             peak_tflops=scaling_args.peak_tflops, ds_config=ds_config, slow_ranks=slow_ranks,
                             rank_batches=rank_batches)
 
-    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    try:
+        train_result = trainer.train(resume_from_checkpoint=resume_from)
+    except TrainingStopped as err:  # a non-finite loss (every rank) or a failed save: the message says what is safe
+        if training_args.process_index == 0 or "saving" in str(err):
+            print(f"error: {err}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        trainer.close_trace()
     trainer.save_model()  # model.safetensors + config + image processor (ZeRO-3: gathered 16-bit weights)
     train_metrics = dict(train_result.metrics, train_samples=len(splits["train"]))
     trainer.log_metrics("train", train_metrics)
@@ -204,20 +258,35 @@ def main(argv=None) -> int:
     eval_metrics["eval_samples"] = len(splits["validation"])
     trainer.log_metrics("eval", eval_metrics)
     trainer.save_metrics("eval", eval_metrics)
+    reliability = report_skips(trainer, training_args)
 
     world_size = training_args.world_size
-    trainer.card_info = card_info(model_args, data, training_args, model, model_desc,
-                                  {k: v for k, v in eval_metrics.items() if k.startswith("eval_") and "runtime" not in k
-                                   and "per_second" not in k},
-                                  world_size, ds_config_path, lr_info)
+    trainer.card_info = card_info(
+        model_args,
+        data,
+        training_args,
+        model,
+        model_desc,
+        {
+            k: v
+            for k, v in eval_metrics.items()
+            if k.startswith("eval_") and "runtime" not in k and "per_second" not in k
+        },
+        world_size,
+        ds_config_path,
+        lr_info,
+    )
     if trainer.is_world_process_zero():
         write_model_card(training_args.output_dir, trainer.card_info)
     if training_args.push_to_hub:
         trainer.push_to_hub()  # our create_model_card writes the same card before the upload
     if trainer.is_world_process_zero():
         stage = zero_stage(ds_config)
-        print(f"Done: {training_args.output_dir} (accuracy {eval_metrics.get('eval_accuracy', float('nan')):.4f}, "
-              f"{'ZeRO-' + str(stage) if stage is not None else 'no DeepSpeed'}, {world_size} process(es))")
+        skips = "".join(f", {n} {what}" for what, n in reliability.items() if n)
+        print(
+            f"Done: {training_args.output_dir} (accuracy {eval_metrics.get('eval_accuracy', float('nan')):.4f}, "
+            f"{'ZeRO-' + str(stage) if stage is not None else 'no DeepSpeed'}, {world_size} process(es){skips})"
+        )
     return 0
 
 

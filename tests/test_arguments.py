@@ -7,7 +7,7 @@ from hf_vit_scaling.deepspeed_config import offload_targets, zero_stage
 
 
 def test_defaults_parse_and_cpu_is_chosen_without_accelerator(tmp_path):
-    model_args, data_args, scaling_args, training_args = parse_args(["--output_dir", str(tmp_path)])
+    model_args, data_args, scaling_args, _, training_args = parse_args(["--output_dir", str(tmp_path)])
     assert model_args.model_preset is None and model_args.model_name_or_path is None
     assert data_args.dataset_name is None  # built-in digits
     assert scaling_args.ds_config is None and training_args.deepspeed is None
@@ -18,7 +18,7 @@ def test_lone_json_file_is_parsed(tmp_path):
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps({"output_dir": str(tmp_path / "out"), "model_preset": "vit-s-16",
                                      "per_device_train_batch_size": 7, "crop_scale_min": 0.3}))
-    model_args, data_args, _, training_args = parse_args([str(args_file)])
+    model_args, data_args, _, _, training_args = parse_args([str(args_file)])
     assert model_args.model_preset == "vit-s-16"
     assert training_args.per_device_train_batch_size == 7
     assert data_args.crop_scale_min == 0.3
@@ -27,7 +27,7 @@ def test_lone_json_file_is_parsed(tmp_path):
 def test_lone_yaml_file_is_parsed(tmp_path):
     args_file = tmp_path / "args.yaml"
     args_file.write_text(f"output_dir: {tmp_path / 'out'}\nmodel_preset: vit-ti-16\nhorizontal_flip: false\n")
-    model_args, data_args, _, _ = parse_args([str(args_file)])
+    model_args, data_args, *_ = parse_args([str(args_file)])
     assert model_args.model_preset == "vit-ti-16" and data_args.horizontal_flip is False
 
 

@@ -43,7 +43,8 @@ CASES = {
                        ["--label_column_name 'lbl'", "columns: image, label"]),
     "string labels": (lambda t: ["--dataset_name", _saved_dataset(t / "ds")], ["'label'", "not an integer or ClassLabel"]),
     "folder without images": (lambda t: ["--train_dir", _folder(t / "imgs", empty=True)], ["--train_dir", "holds no images"]),
-    "corrupt image": (lambda t: ["--train_dir", _folder(t / "imgs", corrupt=True)], ["bad_photo.jpg", "corrupt"]),
+    "corrupt image": (lambda t: ["--train_dir", _folder(t / "imgs", corrupt=True), "--on_bad_image", "fail"],
+                      ["bad_photo.jpg", "cannot be decoded", "--on_bad_image skip"]),
     "preset and checkpoint": (lambda t: ["--model_preset", "vit-b-16", "--model_name_or_path", "google/vit-base-patch16-224"],
                               ["--model_preset", "--model_name_or_path", "exclusive"]),
 }

@@ -71,7 +71,7 @@ def test_corrupt_image_is_named(tmp_path):
     bad = tmp_path / "train" / "dog" / "broken.jpg"
     bad.write_bytes(b"\xff\xd8\xff\xe0 definitely not a jpeg")
     with pytest.raises(UserInputError, match="broken.jpg"):
-        load_image_classification_data(DataArguments(train_dir=str(tmp_path / "train")))
+        load_image_classification_data(DataArguments(train_dir=str(tmp_path / "train"), on_bad_image="fail"))
 
 
 def test_truncated_png_is_named(tmp_path):
@@ -79,7 +79,20 @@ def test_truncated_png_is_named(tmp_path):
     good = tmp_path / "train" / "cat" / "0.png"
     (tmp_path / "train" / "cat" / "cut.png").write_bytes(good.read_bytes()[:60])
     with pytest.raises(UserInputError, match="cut.png"):
-        load_image_classification_data(DataArguments(train_dir=str(tmp_path / "train")))
+        load_image_classification_data(DataArguments(train_dir=str(tmp_path / "train"), on_bad_image="fail"))
+
+
+def test_corrupt_image_is_left_out_of_its_batch_by_default(tmp_path):
+    make_image_folder(tmp_path / "train", MIXED[:2])
+    (tmp_path / "train" / "dog" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 definitely not a jpeg")
+    args = DataArguments(train_dir=str(tmp_path / "train"), train_val_split=0.5, random_resized_crop=False)
+    data = load_image_classification_data(args, seed=0)
+    rows = [split for split in data.splits.values()]
+    splits = attach_transforms(data, 8, [0.5] * 3, [0.5] * 3, args)
+    everything = [splits[name][i] for name in splits for i in range(len(splits[name]))]
+    batch = collate_image_batch(everything)
+    assert batch["pixel_values"].shape[0] == sum(len(r) for r in rows) - 1
+    assert len(batch["bad_samples"]) == 1 and "broken.jpg" in batch["bad_samples"][0]["sample"]
 
 
 def test_folder_without_images(tmp_path):

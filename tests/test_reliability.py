@@ -1,0 +1,249 @@
+"""Fault injection: real kills, restarts, changed process counts, failing saves, NaN losses, corrupt images, tokens.
+
+Every case launches the recipe as real processes and checks that nothing was lost: the step reached, the data order
+(each rank's per-step dataset rows, from --trace_samples), the loss, and the files. Faults come from
+HF_VIT_SCALING_FAULTS (hf_vit_scaling/faults.py): a rank SIGKILLs itself, a file-size limit makes a save fail
+part-way, a NaN enters the forward pass.
+
+Schedule: 192 images / (2 processes x 16) = 6 steps per epoch; 14 steps; a checkpoint every 4 steps. The kill at
+step 11 falls in epoch 2 (steps 7-12), 3 steps after checkpoint-8: the resumed run must skip the 2 batches of
+epoch 2 it already trained on and train on the other 4.
+"""
+
+import json
+import os
+import shutil
+
+import pytest
+from helpers import (
+    BIN,
+    DS_CONFIGS,
+    RECIPE,
+    TINY_ARGS,
+    free_port,
+    logged_losses,
+    read_json,
+    run,
+    run_recipe,
+)
+from safetensors.torch import load_file
+
+from hf_vit_scaling import checkpoint_problem
+
+pytestmark = pytest.mark.distributed
+
+STEPS, SAVE_EVERY, KILL_AT, IMAGES, BATCH = 14, 4, 11, 192, 16
+EPOCH_2 = range(7, 13)
+SCHEDULE = ["--max_train_samples", str(IMAGES), "--max_eval_samples", "64", "--max_steps", str(STEPS),
+            "--save_strategy", "steps", "--save_steps", str(SAVE_EVERY), "--logging_steps", "1",
+            "--random_resized_crop", "false", "--trace_samples", "true"]
+ZERO2 = ["--ds_config", str(DS_CONFIGS / "zero2.json")]
+ZERO3 = ["--ds_config", str(DS_CONFIGS / "zero3.json")]
+FAULTS = "HF_VIT_SCALING_FAULTS"
+
+
+def trace(output_dir) -> dict:
+    """{(rank, step): rows} as trained on: a resumed run's entry for a step replaces the interrupted run's."""
+    steps = {}
+    folder = os.path.join(output_dir, "sample_trace")
+    for name in sorted(os.listdir(folder)):
+        rank = int(name.removeprefix("rank").removesuffix(".jsonl"))
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            for line in f:
+                record = json.loads(line)
+                steps[(rank, record["step"])] = record["indices"]
+    return steps
+
+
+def rows_per_step(steps: dict) -> dict:
+    """{step: rows of every rank together}."""
+    merged = {}
+    for (_, step), rows in steps.items():
+        merged.setdefault(step, []).extend(rows)
+    return merged
+
+
+def assert_same_run(reference, resumed) -> None:
+    """The resumed run ends at the same step, trained on the same rows at every step, saw every row of the
+    interrupted epoch exactly once, and ends with the uninterrupted run's loss."""
+    assert read_json(os.path.join(resumed, "trainer_state.json"))["global_step"] == STEPS
+    ref_rows, got_rows = rows_per_step(trace(reference)), rows_per_step(trace(resumed))
+    assert sorted(got_rows) == list(range(1, STEPS + 1))
+    for step in got_rows:
+        assert sorted(got_rows[step]) == sorted(ref_rows[step]), f"step {step} trained on other rows"
+    epoch_rows = [row for step in EPOCH_2 for row in got_rows[step]]
+    assert sorted(epoch_rows) == list(range(IMAGES))  # no repeats, no skips
+    assert logged_losses(resumed)[-1] == pytest.approx(logged_losses(reference)[-1], rel=1e-4)
+
+
+def reference_run(tmp_path_factory, name, *args, nproc=2, batch=BATCH):
+    out = tmp_path_factory.mktemp(name)
+    run_recipe(out, *args, *SCHEDULE, "--per_device_train_batch_size", str(batch),
+               launcher="torchrun" if nproc > 1 else "python", nproc=nproc)
+    return out
+
+
+@pytest.fixture(scope="module")
+def ref_zero2(tmp_path_factory):
+    return reference_run(tmp_path_factory, "ref_zero2", *ZERO2)
+
+
+@pytest.fixture(scope="module")
+def ref_zero2_one_process(tmp_path_factory):
+    """One process with the same global batch (1 x 32 = 2 x 16): the same rows per step as two processes."""
+    return reference_run(tmp_path_factory, "ref_zero2_1p", *ZERO2, nproc=1, batch=2 * BATCH)
+
+
+def test_zero2_sigkill_one_rank_then_resume_from_checkpoint(ref_zero2, tmp_path):
+    out = tmp_path / "run"
+    killed = run_recipe(out, *ZERO2, *SCHEDULE, launcher="torchrun", nproc=2, check=False,
+                        **{FAULTS: f"sigkill@{KILL_AT}:rank1"})
+    assert killed.returncode != 0 and "exitcode: -9" in killed.stderr  # torchrun saw rank 1 die of SIGKILL
+    assert checkpoint_problem(out / "checkpoint-8") is None
+    assert not (out / "checkpoint-12").exists()
+    assert max(step for (rank, step) in trace(out) if rank == 1) == KILL_AT - 1
+
+    resumed = run_recipe(out, *ZERO2, *SCHEDULE, "--resume_from_checkpoint", str(out / "checkpoint-8"),
+                         launcher="torchrun", nproc=2)
+    assert f"resuming from {out / 'checkpoint-8'}" in resumed.stdout
+    assert_same_run(ref_zero2, out)
+
+
+def test_zero3_torchrun_restarts_killed_job_from_latest_checkpoint(tmp_path_factory, tmp_path):
+    reference = reference_run(tmp_path_factory, "ref_zero3", *ZERO3)
+    out = tmp_path / "run"
+    cmd = [BIN / "torchrun", "--nproc_per_node", "2", "--max-restarts", "1", "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", f"127.0.0.1:{free_port()}", RECIPE, "--output_dir", out, *TINY_ARGS, *ZERO3, *SCHEDULE,
+           "--resume_from_checkpoint", "latest"]
+    proc = run(cmd, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", **{FAULTS: f"sigkill@{KILL_AT}:rank1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "starting fresh" in proc.stdout  # first attempt: nothing to resume
+    assert f"resuming from {out / 'checkpoint-8'}" in proc.stdout  # the restart, without a human
+    assert "will restart worker group" in proc.stderr
+    assert_same_run(reference, out)
+
+
+def test_restart_without_latest_or_with_shared_store_is_refused(tmp_path):
+    cmd = [BIN / "torchrun", "--nproc_per_node", "1", "--max-restarts", "1", "--master_port", str(free_port()),
+           RECIPE, "--output_dir", tmp_path / "out", *TINY_ARGS]
+    no_latest = run(cmd)
+    shared_store = run([*cmd, "--resume_from_checkpoint", "latest"])
+    assert "--resume_from_checkpoint latest" in no_latest.stderr and "Fix" in no_latest.stderr
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in shared_store.stderr
+    assert no_latest.returncode != 0 and shared_store.returncode != 0
+    assert not (tmp_path / "out").exists()
+
+
+def test_zero2_resume_two_processes_on_one(ref_zero2, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    shutil.copytree(ref_zero2 / "checkpoint-8", out / "checkpoint-8")
+    proc = run_recipe(out, *ZERO2, *SCHEDULE, "--per_device_train_batch_size", str(2 * BATCH),
+                      "--resume_from_checkpoint", str(out / "checkpoint-8"))
+    assert "saved by 2 process(es), this run has 1" in proc.stdout
+    assert (out / "checkpoint-8" / "global_step8_universal").is_dir()
+    assert logged_losses(out)[-1] == pytest.approx(logged_losses(ref_zero2)[-1], rel=1e-4)
+    ref_rows, got_rows = rows_per_step(trace(ref_zero2)), rows_per_step(trace(out))
+    assert {s: sorted(r) for s, r in got_rows.items()} == {s: sorted(ref_rows[s]) for s in range(9, STEPS + 1)}
+
+
+def test_zero2_resume_one_process_on_two(ref_zero2_one_process, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    shutil.copytree(ref_zero2_one_process / "checkpoint-8", out / "checkpoint-8")
+    proc = run_recipe(out, *ZERO2, *SCHEDULE, "--resume_from_checkpoint", str(out / "checkpoint-8"),
+                      launcher="torchrun", nproc=2)
+    assert "saved by 1 process(es), this run has 2" in proc.stdout
+    assert logged_losses(out)[-1] == pytest.approx(logged_losses(ref_zero2_one_process)[-1], rel=1e-4)
+
+
+def test_failed_save_keeps_previous_checkpoint_and_resume_skips_the_partial_one(ref_zero2_one_process, tmp_path):
+    out = tmp_path / "run"
+    args = [*ZERO2, *SCHEDULE, "--per_device_train_batch_size", str(2 * BATCH)]
+    failed = run_recipe(out, *args, check=False, **{FAULTS: "save_fail@8"})
+    assert failed.returncode == 1
+    message = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
+    assert len(message) == 1 and f"saving {out / 'checkpoint-8'} failed part-way" in message[0]
+    assert f"{out / 'checkpoint-4'}, is intact" in message[0] and "--resume_from_checkpoint latest" in message[0]
+    assert checkpoint_problem(out / "checkpoint-4") is None
+    assert "checkpoint_complete.json" in checkpoint_problem(out / "checkpoint-8")
+    assert (out / "checkpoint-8" / "config.json").is_file()  # the save did start: it failed part-way
+
+    resumed = run_recipe(out, *args, "--resume_from_checkpoint", "latest")
+    assert f"skipping {out / 'checkpoint-8'}" in resumed.stdout
+    assert f"resuming from {out / 'checkpoint-4'}" in resumed.stdout
+    assert logged_losses(out)[-1] == pytest.approx(logged_losses(ref_zero2_one_process)[-1], rel=1e-4)
+
+
+def test_nan_loss_on_one_rank_stops_every_rank_with_one_message(tmp_path):
+    out = tmp_path / "run"
+    proc = run_recipe(out, *ZERO2, *SCHEDULE, "--max_steps", "8", launcher="torchrun", nproc=2, check=False,
+                      **{FAULTS: "nan@6:rank1"})
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "non-finite training loss at step 6" in errors[0]
+    assert f"Newest complete checkpoint: {out / 'checkpoint-4'}" in errors[0]
+    assert checkpoint_problem(out / "checkpoint-4") is None
+    assert max(step for (_, step) in trace(out)) == 6  # no rank went past the bad step
+
+
+def test_nan_loss_skip_leaves_the_step_out_on_every_rank(tmp_path):
+    out = tmp_path / "run"
+    proc = run_recipe(out, *ZERO2, *SCHEDULE, "--max_steps", "8", "--on_nonfinite_loss", "skip",
+                      launcher="torchrun", nproc=2, **{FAULTS: "nan@6:rank1"})
+    assert proc.stdout.count("non-finite training loss at step 6") == 1
+    assert read_json(out / "all_results.json")["train_nonfinite_steps_skipped"] == 1
+    assert read_json(out / "trainer_state.json")["global_step"] == 8
+    weights = load_file(out / "model.safetensors")
+    assert all(bool(t.isfinite().all()) for t in weights.values())
+
+
+def _digit_folder(root, corrupt: dict) -> None:
+    """A two-class image folder of real digits (0 and 1), plus the given corrupt files in class 0."""
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits(n_class=2)
+    for i, (pixels, label) in enumerate(zip(digits.images[:60], digits.target[:60])):
+        folder = root / str(label)
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.clip(pixels * 16, 0, 255).astype(np.uint8)).save(folder / f"{i}.png")
+    for name, data in corrupt.items():
+        (root / "0" / name).write_bytes(data(root) if callable(data) else data)
+
+
+CORRUPT = {
+    "garbage.jpg": b"\xff\xd8\xff\xe0 not a jpeg at all",
+    "truncated.png": lambda root: (root / "0" / "0.png").read_bytes()[:60],
+}
+
+
+def test_corrupt_images_are_skipped_counted_and_tokens_never_written(tmp_path):
+    _digit_folder(tmp_path / "train", CORRUPT)
+    _digit_folder(tmp_path / "val", {})
+    out = tmp_path / "run"
+    secret = "hf_reliabilityTestToken0123456789"
+    proc = run_recipe(out, "--train_dir", tmp_path / "train", "--validation_dir", tmp_path / "val",
+                      "--num_train_epochs", "1", "--save_strategy", "epoch", "--hub_token", secret,
+                      "--per_device_train_batch_size", "8", HF_TOKEN=secret + "_env")
+    skipped = read_json(out / "skipped_images.json")
+    assert skipped["count"] == 2  # one epoch: each bad file met once
+    assert sorted(os.path.basename(b["sample"].strip("'")) for b in skipped["images"]) == sorted(CORRUPT)
+    assert read_json(out / "all_results.json")["train_skipped_images"] == 2
+    assert "2 bad images skipped" in proc.stdout
+    # The token: not in any file written (training_args.bin, checkpoints, reports, card) nor in the logs.
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), f"token found in {path}"
+    assert secret not in proc.stdout + proc.stderr
+
+
+def test_corrupt_image_with_fail_policy_stops_before_training_naming_it(tmp_path):
+    _digit_folder(tmp_path / "train", {"truncated.png": CORRUPT["truncated.png"]})
+    out = tmp_path / "run"
+    proc = run_recipe(out, "--train_dir", tmp_path / "train", "--on_bad_image", "fail", check=False)
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "truncated.png" in errors[0] and "--on_bad_image skip" in errors[0]
+    assert not out.exists() or not any(out.iterdir())
