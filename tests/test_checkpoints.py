@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 
 from hf_vit_scaling import UserInputError, checkpoint_problem, mark_checkpoint_complete, parse_args
+from hf_vit_scaling.arguments import check_restart_setup
 from hf_vit_scaling.checkpoints import needs_universal_checkpoint, resolve_resume_checkpoint
 from hf_vit_scaling.data import drop_bad_examples, try_decode_image
 from hf_vit_scaling.faults import Fault, parse_faults
@@ -117,3 +118,18 @@ def test_hub_token_never_stays_in_the_arguments(tmp_path, monkeypatch):
 def test_skip_policy_with_accumulation_is_refused(tmp_path):
     with pytest.raises(UserInputError, match="--gradient_accumulation_steps 1"):
         parse_args(["--output_dir", str(tmp_path), "--on_nonfinite_loss", "skip", "--gradient_accumulation_steps", "2"])
+
+
+def test_torchrun_restarts_need_latest_and_a_fresh_store_per_attempt(tmp_path):
+    """The environment torchrun gives its workers (printed from a real torchrun worker: TORCHELASTIC_USE_AGENT_STORE
+    is True with the default static rendezvous and with c10d, False with c10d + TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1)."""
+    *_, training_args = parse_args(["--output_dir", str(tmp_path)])
+    static = {"TORCHELASTIC_MAX_RESTARTS": "1", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    fresh_store = {"TORCHELASTIC_MAX_RESTARTS": "1", "TORCHELASTIC_USE_AGENT_STORE": "False"}
+    with pytest.raises(UserInputError, match="--resume_from_checkpoint latest"):
+        check_restart_setup(training_args, fresh_store)
+    training_args.resume_from_checkpoint = "latest"
+    with pytest.raises(UserInputError, match="TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --rdzv-backend c10d"):
+        check_restart_setup(training_args, static)
+    check_restart_setup(training_args, fresh_store)  # the launch the message recommends
+    check_restart_setup(training_args, {"TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_USE_AGENT_STORE": "True"})
