@@ -39,6 +39,7 @@ from .models import (
     load_model_for_finetuning,
     preset_config,
 )
+from .sequence_parallel import ViTSequenceParallel, check_sequence_parallel, setup_sequence_parallel
 from .throughput import ThroughputCallback, add_throughput_callback, format_report, load_throughput_report
 from .trainer import VitTrainer
 
@@ -46,6 +47,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "SlowRankSimulator",
+    "ViTSequenceParallel",
+    "check_sequence_parallel",
+    "setup_sequence_parallel",
     "UnevenBatchSampler",
     "calibrate_speeds",
     "loss_weight",

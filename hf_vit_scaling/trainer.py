@@ -5,6 +5,7 @@ from transformers import Trainer
 
 from .hetero import UnevenBatchSampler, loss_weight
 from .model_card import write_model_card
+from .sequence_parallel import shard_dataloader_by_data_parallel_rank
 
 
 class _EpochAwareLoader(torch.utils.data.DataLoader):
@@ -17,12 +18,14 @@ class _EpochAwareLoader(torch.utils.data.DataLoader):
 class VitTrainer(Trainer):
     """The Trainer, plus:
     - `card_info`: `push_to_hub` writes our model card instead of the generic one before uploading;
+    - `sequence_parallel`: training batches sharded by data-parallel rank (`hf_vit_scaling.sequence_parallel`);
     - `rank_batches`: per-rank micro-batch sizes (heterogeneous clusters). Each rank then reads its own slice of
       every global batch and weights its loss by b_r x W / B (see `hf_vit_scaling.hetero`).
     """
 
     card_info: dict | None = None
     rank_batches: list[int] | None = None
+    sequence_parallel = None  # a ViTSequenceParallel: the ranks of one SP group read the same batches
 
     def create_model_card(self, *args, **kwargs):
         if self.card_info is None or not self.is_world_process_zero():
@@ -30,6 +33,9 @@ class VitTrainer(Trainer):
         write_model_card(self.args.output_dir, self.card_info)
 
     def get_train_dataloader(self):
+        if self.sequence_parallel is not None:
+            sp = self.sequence_parallel
+            return shard_dataloader_by_data_parallel_rank(super().get_train_dataloader(), sp.dp_size, sp.dp_rank)
         if not self.rank_batches:
             return super().get_train_dataloader()
         sampler = UnevenBatchSampler(len(self.train_dataset), self.rank_batches, self.args.process_index,

@@ -51,6 +51,7 @@ from hf_vit_scaling import (
     parse_shares,
     parse_slow_ranks,
     preset_config,
+    setup_sequence_parallel,
     split_batch,
     write_model_card,
     zero_stage,
@@ -66,10 +67,13 @@ def is_main_process() -> bool:
 def build_model_and_processor(model_args, label_names):
     """From scratch (preset) or from a checkpoint (new head). Returns (model, image_processor, description)."""
     if model_args.model_name_or_path:
+        # --image_size with a checkpoint: high-resolution fine-tuning, position embeddings interpolated once.
         model = load_model_for_finetuning(model_args.model_name_or_path, label_names, model_args.model_revision,
-                                          model_args.cache_dir, model_args.attn_implementation)
+                                          model_args.cache_dir, model_args.attn_implementation, model_args.image_size)
         processor = AutoImageProcessor.from_pretrained(model_args.model_name_or_path,
                                                        revision=model_args.model_revision, cache_dir=model_args.cache_dir)
+        if model_args.image_size:
+            processor.size = {"height": model_args.image_size, "width": model_args.image_size}
         return model, processor, f"fine-tuned from {model_args.model_name_or_path}"
     preset = model_args.model_preset or DEFAULT_PRESET
     config = preset_config(preset, label_names, model_args.image_size, model_args.patch_size,
@@ -154,11 +158,15 @@ def main(argv=None) -> int:
     ds_config = training_args.hf_deepspeed_config.config if training_args.deepspeed else None
     if ds_config is not None:
         init_deepspeed_comm()  # ZeRO-3 builds the model partitioned: DeepSpeed must know the world first
+    # --sequence_parallel_size N: DeepSpeed's SP groups and mpu, before the model is built (checked in parse_args).
+    sequence_parallel = setup_sequence_parallel(scaling_args.sequence_parallel_size, ds_config, training_args)
 
     set_seed(training_args.seed)  # before the model is built: the same seed gives the same initial weights
     try:
         data = load_image_classification_data(data_args, seed=training_args.seed, cache_dir=model_args.cache_dir)
         model, processor, model_desc = build_model_and_processor(model_args, data.label_names)
+        if sequence_parallel is not None:
+            sequence_parallel.attach(model)  # a checkpoint's head count is only known here
     except UserInputError as err:
         if training_args.process_index == 0:
             print(f"error: {err}", file=sys.stderr)
@@ -189,9 +197,10 @@ def main(argv=None) -> int:
         processing_class=processor,
     )
     trainer.rank_batches = rank_batches
+    trainer.sequence_parallel = sequence_parallel
     add_throughput_callback(trainer, warmup_steps=scaling_args.throughput_warmup_steps,
                             peak_tflops=scaling_args.peak_tflops, ds_config=ds_config, slow_ranks=slow_ranks,
-                            rank_batches=rank_batches)
+                            rank_batches=rank_batches, sequence_parallel_size=scaling_args.sequence_parallel_size)
 
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model()  # model.safetensors + config + image processor (ZeRO-3: gathered 16-bit weights)
