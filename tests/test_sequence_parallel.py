@@ -1,0 +1,193 @@
+"""Sequence parallelism (issue 8): checks, position-embedding interpolation, and 2-process runs over gloo.
+
+The distributed tests launch real processes: one torchrun of tests/sp_worker.py (logits, gradients, eval mode,
+Trainer batches, ZeRO 0-3 parameters after SGD steps, all against a non-parallel reference in the same worker),
+and the recipe itself (SP over 2 ranks vs one process on the same batches; a high-resolution fine-tune under ZeRO-3).
+About 2 minutes on 2 CPU cores.
+"""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import DS_CONFIGS, REPO, TINY_ARGS, launcher_cmd, read_json, run, run_recipe
+
+from hf_vit_scaling import UserInputError, build_model_from_preset, check_sequence_parallel, preset_config
+from hf_vit_scaling.models import load_model_for_finetuning
+from hf_vit_scaling.sequence_parallel import configure_ds_config, sequence_parallel_loss_grad_scale
+
+ZERO = {stage: {"zero_optimization": {"stage": stage}} for stage in range(4)}
+
+
+# --------------------------------------------------------------------------- checks (no processes)
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(ds_config=None), ["--sequence_parallel_size", "--ds_config"]),
+        (dict(world_size=3), ["does not divide the 3 launched processes"]),
+        (dict(num_attention_heads=3), ["does not divide the model's 3 attention heads", "[3]"]),
+        (dict(ds_config={"zero_optimization": {"stage": 3, "reduce_scatter": False}}), ["reduce_scatter"]),
+        (dict(attn_implementation="flex_attention"), ["--attn_implementation flex_attention"]),
+        (dict(balance_batches="calibrate"), ["--balance_batches"]),
+    ],
+)
+def test_refusals_name_the_flag_and_the_fix(kwargs, words):
+    args = dict(sp_size=2, world_size=4, ds_config=ZERO[2], num_attention_heads=4) | kwargs
+    with pytest.raises(UserInputError) as err:
+        check_sequence_parallel(**args)
+    for word in [*words, "Fix"]:
+        assert word in str(err.value)
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_every_zero_stage_is_accepted(stage):
+    check_sequence_parallel(2, 4, ZERO[stage], 4)
+    check_sequence_parallel(1, 3, None, 3)  # N = 1: nothing to check
+
+
+def test_loss_gradient_scale_and_batch_arithmetic():
+    # ZeRO 0-2 sum the SP group's gradients (divide by world / N): each rank carries 1/N. ZeRO-3 divides by the world.
+    assert [sequence_parallel_loss_grad_scale(4, ZERO[s]) for s in range(4)] == [0.25, 0.25, 0.25, 1.0]
+    config = {"train_batch_size": "auto"}
+    configure_ds_config(config, 2, per_device_batch=3, accumulation=2, world_size=8)
+    assert config == {"train_batch_size": 3 * 2 * 4, "sequence_parallel_size": 2}
+
+
+def test_recipe_refuses_sequence_parallel_without_deepspeed(tmp_path):
+    out = tmp_path / "out"
+    proc = run_recipe(out, "--sequence_parallel_size", "2", check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "--sequence_parallel_size" in errors[0] and "--ds_config" in errors[0], proc.stderr
+    assert not out.exists()
+
+
+def test_position_embeddings_interpolated_like_transformers(tmp_path):
+    """--image_size with a checkpoint: the table is resized once, exactly as `interpolate_pos_encoding=True` does
+    on every forward, so the fine-tuned model starts from what transformers itself would compute."""
+    torch.manual_seed(0)
+    original = build_model_from_preset(preset_config("vit-tiny-cpu", list("abc"), image_size=16)).eval()
+    original.save_pretrained(tmp_path / "ckpt")
+    model = load_model_for_finetuning(str(tmp_path / "ckpt"), list("abcd"), image_size=32).eval()
+    assert model.config.image_size == 32
+    assert model.vit.embeddings.position_embeddings.shape[1] == (32 // 4) ** 2 + 1  # 65 from 17
+    pixels = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        expected = original.vit(pixel_values=pixels, interpolate_pos_encoding=True).last_hidden_state
+        got = model.vit(pixel_values=pixels).last_hidden_state
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(UserInputError, match="--image_size 30"):
+        load_model_for_finetuning(str(tmp_path / "ckpt"), list("ab"), image_size=30)
+
+
+# --------------------------------------------------------------------------- 2 processes: the worker
+
+
+@pytest.mark.distributed
+def test_two_process_sequence_parallel_matches_the_plain_model(tmp_path):
+    out = tmp_path / "worker.json"
+    proc = run([*launcher_cmd("torchrun", 2), REPO / "tests" / "sp_worker.py", out], timeout=300)
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    ranks = read_json(out)["ranks"]
+    assert [(r["dp_rank"], r["sp_rank"]) for r in ranks] == [(0, 0), (0, 1)]
+    for r in ranks:
+        for check in r["forward_backward"]:  # 17 tokens (padded to 18) and 10 tokens (even split)
+            assert check["logits_max_rel"] <= 1e-6, check
+            assert check["grad_max_rel"] <= 1e-6, check  # observed ~3e-7 relative
+            assert check["grad_tensors_compared"] >= check["grad_tensors"] - 2, check  # only k_proj biases left out
+            assert check["grad_max_abs_diff_zero_grads"] <= 1e-6 * check["grad_largest"], check
+            assert check["eval_logits_max_rel"] <= 1e-6, check
+        assert {c["padded"] for c in r["forward_backward"]} == {True, False}
+        for zero in r["zero"]:
+            # A half- or double-size update would leave diff_over_update near 0.5 or 1.
+            assert zero["diff_over_update"] <= 1e-5, zero
+            assert zero["losses"] == pytest.approx(zero["reference_losses"], rel=1e-5), zero
+        assert [z["stage"] for z in r["zero"]] == [0, 1, 2, 3]
+    # The Trainer's batches: the two ranks (one SP group) get the same ones, in the order one process would see:
+    # without the sharding fix they get alternate batches of that order.
+    with_sp = [r["trainer_batches"]["with_sp"] for r in ranks]
+    without = [r["trainer_batches"]["without_sp"] for r in ranks]
+    assert with_sp[0] == with_sp[1] and len(with_sp[0]) == 10
+    assert without[0] != without[1]
+    assert with_sp[0][0::2] == without[0] and with_sp[0][1::2] == without[1]
+    assert sorted(i for b in with_sp[0] for i in b) == list(range(40))
+
+
+# --------------------------------------------------------------------------- 2 processes: the recipe
+
+SHORT = ["--eval_strategy", "no", "--max_eval_samples", "100", "--logging_steps", "1"]
+
+RELOAD_PLAIN = '''
+import json, sys
+import torch
+from transformers import AutoImageProcessor, ViTConfig, ViTForImageClassification
+model = ViTForImageClassification.from_pretrained(sys.argv[1]).eval()
+config = json.load(open(sys.argv[1] + "/config.json"))
+size = model.config.image_size
+with torch.no_grad():
+    logits = model(pixel_values=torch.zeros(1, 3, size, size)).logits
+print(json.dumps({"keys": sorted(config), "image_size": size, "finite": bool(torch.isfinite(logits).all()),
+                  "processor_size": AutoImageProcessor.from_pretrained(sys.argv[1]).size["height"],
+                  "positions": model.vit.embeddings.position_embeddings.shape[1]}))
+'''
+
+
+def reload_plain(tmp_path, output_dir) -> dict:
+    script = tmp_path / "reload.py"
+    script.write_text(RELOAD_PLAIN, encoding="utf-8")
+    proc = run([sys.executable, script, output_dir], timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def log_history(output_dir) -> list[dict]:
+    return [e for e in read_json(Path(output_dir) / "trainer_state.json")["log_history"] if "loss" in e]
+
+
+@pytest.mark.distributed
+def test_recipe_sequence_parallel_zero2_equals_one_process_and_reloads_as_plain_vit(tmp_path):
+    """SP over 2 ranks (one data-parallel group) sees exactly the batches of a one-process run, so the two must train
+    identically: same losses and same gradient norms (AdamW hides a gradient scale error, the norm does not)."""
+    args = ["--ds_config", str(DS_CONFIGS / "zero2.json"), "--max_steps", "8", *SHORT]
+    run_recipe(tmp_path / "sp", *args, "--sequence_parallel_size", "2", launcher="torchrun", nproc=2)
+    run_recipe(tmp_path / "one", *args, launcher="python")
+    sp, one = log_history(tmp_path / "sp"), log_history(tmp_path / "one")
+    assert len(sp) == len(one) == 8
+    assert [e["loss"] for e in sp] == pytest.approx([e["loss"] for e in one], rel=1e-5)
+    assert [e["grad_norm"] for e in sp] == pytest.approx([e["grad_norm"] for e in one], rel=1e-5)
+
+    report = read_json(tmp_path / "sp" / "throughput.json")
+    setup, throughput = report["setup"], report["throughput"]
+    assert (setup["sequence_parallel_size"], setup["tokens_per_image"], setup["tokens_per_rank"]) == (2, 17, 9)
+    assert setup["global_batch_size"] == throughput["nominal_images_per_step"] == 16  # not 32: 2 ranks, 1 image set
+    assert throughput["images_measured"] == 16 * throughput["steps_measured"]
+    assert all(r["images"] == throughput["images_measured"] for r in report["ranks"]["per_rank"])
+
+    reloaded = reload_plain(tmp_path, tmp_path / "sp")
+    assert reloaded["finite"] and reloaded["image_size"] == 16
+    assert not [k for k in reloaded["keys"] if "parallel" in k or "key_value" in k], reloaded["keys"]
+
+
+@pytest.mark.distributed
+def test_recipe_high_resolution_finetune_under_zero3(tmp_path):
+    """A 16 px checkpoint fine-tuned at 32 px (17 -> 65 tokens, 33 per rank) with SP under ZeRO-3."""
+    run_recipe(tmp_path / "ckpt", "--max_steps", "2", *SHORT, launcher="python")
+    out = tmp_path / "hires"
+    # TINY_ARGS without its preset and image size (flag/value pairs): a checkpoint replaces the preset.
+    pairs = zip(TINY_ARGS[0::2], TINY_ARGS[1::2], strict=True)
+    tiny = [x for flag, value in pairs if flag not in ("--model_preset", "--image_size") for x in (flag, value)]
+    cmd = [*launcher_cmd("torchrun", 2), REPO / "recipes" / "train_vit.py", "--output_dir", out, *tiny,
+           "--model_name_or_path", tmp_path / "ckpt", "--image_size", "32", "--sequence_parallel_size", "2",
+           "--ds_config", DS_CONFIGS / "zero3.json", "--max_steps", "3", *SHORT]
+    proc = run(cmd)
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    setup = read_json(out / "throughput.json")["setup"]
+    assert (setup["zero_stage"], setup["tokens_per_image"], setup["tokens_per_rank"]) == (3, 65, 33)
+    assert all(math.isfinite(e["loss"]) for e in log_history(out))
+    reloaded = reload_plain(tmp_path, out)
+    assert (reloaded["image_size"], reloaded["processor_size"], reloaded["positions"]) == (32, 32, 65)
