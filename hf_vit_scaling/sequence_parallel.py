@@ -49,33 +49,52 @@ def sequence_parallel_loss_grad_scale(sp_size: int, ds_config: dict | None) -> f
     return 1.0 if stage == 3 else 1.0 / sp_size
 
 
-def check_sequence_parallel(sp_size: int, world_size: int, ds_config: dict | None, num_attention_heads: int | None = None,
-                            attn_implementation: str = "sdpa", balance_batches: str = "off") -> None:
+def check_sequence_parallel(
+    sp_size: int,
+    world_size: int,
+    ds_config: dict | None,
+    num_attention_heads: int | None = None,
+    attn_implementation: str = "sdpa",
+    balance_batches: str = "off",
+) -> None:
     """Refuse what sequence parallelism cannot do, naming the flag and the fix."""
     if sp_size < 1:
         raise UserInputError(f"--sequence_parallel_size must be >= 1, got {sp_size}.")
     if sp_size == 1:
         return
     if ds_config is None:
-        raise UserInputError("--sequence_parallel_size needs DeepSpeed (its Ulysses attention and process groups). "
-                             "Fix: add --ds_config ds_configs/zero2.json (ZeRO 0-3 are supported).")
+        raise UserInputError(
+            "--sequence_parallel_size needs DeepSpeed (its Ulysses attention and process groups). "
+            "Fix: add --ds_config ds_configs/zero2.json (ZeRO 0-3 are supported)."
+        )
     if world_size % sp_size:
-        raise UserInputError(f"--sequence_parallel_size {sp_size} does not divide the {world_size} launched processes "
-                             "(world size = data-parallel replicas x sequence-parallel size). Fix: launch a multiple "
-                             f"of {sp_size} processes or pick a divisor of {world_size}.")
+        raise UserInputError(
+            f"--sequence_parallel_size {sp_size} does not divide the {world_size} launched processes "
+            "(world size = data-parallel replicas x sequence-parallel size). Fix: launch a multiple "
+            f"of {sp_size} processes or pick a divisor of {world_size}."
+        )
     zero = ds_config.get("zero_optimization", {})
-    if zero_stage(ds_config) == 3 and zero.get("reduce_scatter", True) is False and zero.get("contiguous_gradients",
-                                                                                                True) is not False:
-        raise UserInputError("--sequence_parallel_size with ZeRO-3 needs zero_optimization.reduce_scatter true (the "
-                             "default): with reduce_scatter false DeepSpeed averages some gradient buckets over the SP "
-                             "group and sums others. Fix: remove reduce_scatter from the config or set it to true.")
+    if (
+        zero_stage(ds_config) == 3
+        and zero.get("reduce_scatter", True) is False
+        and zero.get("contiguous_gradients", True) is not False
+    ):
+        raise UserInputError(
+            "--sequence_parallel_size with ZeRO-3 needs zero_optimization.reduce_scatter true (the "
+            "default): with reduce_scatter false DeepSpeed averages some gradient buckets over the SP "
+            "group and sums others. Fix: remove reduce_scatter from the config or set it to true."
+        )
     if attn_implementation not in SUPPORTED_ATTENTION:
-        raise UserInputError(f"--attn_implementation {attn_implementation} is not supported with "
-                             f"--sequence_parallel_size (Ulysses wraps {' and '.join(SUPPORTED_ATTENTION)}). "
-                             "Fix: use --attn_implementation sdpa.")
+        raise UserInputError(
+            f"--attn_implementation {attn_implementation} is not supported with "
+            f"--sequence_parallel_size (Ulysses wraps {' and '.join(SUPPORTED_ATTENTION)}). "
+            "Fix: use --attn_implementation sdpa."
+        )
     if balance_batches != "off":
-        raise UserInputError("--balance_batches and --sequence_parallel_size cannot be combined (ranks of one "
-                             "sequence-parallel group must share their images). Fix: drop --balance_batches.")
+        raise UserInputError(
+            "--balance_batches and --sequence_parallel_size cannot be combined (ranks of one "
+            "sequence-parallel group must share their images). Fix: drop --balance_batches."
+        )
     if num_attention_heads is not None:
         check_head_count(num_attention_heads, sp_size)
 
@@ -84,13 +103,16 @@ def check_head_count(num_attention_heads: int, sp_size: int) -> None:
     """Ulysses gives every rank num_heads / N whole heads."""
     if num_attention_heads % sp_size:
         divisors = [n for n in range(2, num_attention_heads + 1) if num_attention_heads % n == 0]
-        raise UserInputError(f"--sequence_parallel_size {sp_size} does not divide the model's {num_attention_heads} "
-                             "attention heads (Ulysses gives every rank whole heads). Fix: use one of "
-                             f"{divisors or [1]} or a model whose head count is a multiple of {sp_size}.")
+        raise UserInputError(
+            f"--sequence_parallel_size {sp_size} does not divide the model's {num_attention_heads} "
+            "attention heads (Ulysses gives every rank whole heads). Fix: use one of "
+            f"{divisors or [1]} or a model whose head count is a multiple of {sp_size}."
+        )
 
 
-def configure_ds_config(ds_config: dict, sp_size: int, per_device_batch: int, accumulation: int,
-                        world_size: int) -> None:
+def configure_ds_config(
+    ds_config: dict, sp_size: int, per_device_batch: int, accumulation: int, world_size: int
+) -> None:
     """DeepSpeed's batch arithmetic counts data-parallel replicas, not processes: N ranks share one micro-batch.
     train_batch_size = micro-batch x accumulation x (world / N), e.g. 1 x 1 x (8 / 4) = 2 images per step."""
     ds_config["sequence_parallel_size"] = sp_size  # DeepSpeedConfig divides the world by it (zero.Init, no mpu)
@@ -114,7 +136,9 @@ def init_sequence_parallel_groups(sp_size: int):
     if mpu._SEQUENCE_PARALLEL_GROUP is None:
         mpu.initialize_sequence_parallel(sp_size)
     elif mpu.get_sequence_parallel_world_size() != sp_size:
-        raise RuntimeError(f"sequence-parallel groups already built with size {mpu.get_sequence_parallel_world_size()}")
+        raise RuntimeError(
+            f"sequence-parallel groups already built with size {mpu.get_sequence_parallel_world_size()}"
+        )
     groups.mpu = mpu
     return mpu
 
@@ -136,7 +160,7 @@ class _GatherSequence(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         start = ctx.sp_rank * ctx.chunk
-        return grad[:, start:start + ctx.chunk] * ctx.sp_size, None, None, None
+        return grad[:, start : start + ctx.chunk] * ctx.sp_size, None, None, None
 
 
 class _ScaleGrad(torch.autograd.Function):
@@ -225,8 +249,10 @@ class ViTSequenceParallel:
         check_head_count(config.num_attention_heads, self.sp_size)
         implementation = config._attn_implementation or "eager"
         if implementation not in SUPPORTED_ATTENTION:
-            raise UserInputError(f"attention {implementation!r} is not supported with sequence parallelism. "
-                                 "Fix: --attn_implementation sdpa.")
+            raise UserInputError(
+                f"attention {implementation!r} is not supported with sequence parallelism. "
+                "Fix: --attn_implementation sdpa."
+            )
         _install_attention_dispatch(implementation)
         self.model, self.config, self.implementation = model, config, implementation
         for layer in vit.layers:
@@ -270,13 +296,13 @@ class ViTSequenceParallel:
         positions = torch.arange(start, start + chunk, device=output.device)
         positions = positions.masked_fill(positions >= seq_len, -1)  # padding -> -1 -> masked key
         self._local_positions = positions.unsqueeze(0).expand(batch, chunk)
-        return output[:, start:start + chunk]
+        return output[:, start : start + chunk]
 
     def _gather(self, module, args):
         if not module.training:
             return None
         full = _GatherSequence.apply(args[0], self.group, self.sp_rank, self.sp_size)
-        return (full[:, :self.seq_len], *args[1:])
+        return (full[:, : self.seq_len], *args[1:])
 
     def _scale_loss_grad(self, module, args, output):
         if not module.training or self.loss_grad_scale == 1.0:
@@ -294,9 +320,15 @@ class ViTSequenceParallel:
 
             heads = self.config.num_attention_heads
             self._ulysses[batch_size] = UlyssesSPAttentionHF(
-                attn=self._core_attention, batch_size=batch_size, attn_head_count=heads,
-                attn_head_size=module.head_dim, kv_head_count=heads, num_hidden_layers=self.config.num_hidden_layers,
-                process_group=self.group, seq_length_is_variable=True, disable_in_eval=True,
+                attn=self._core_attention,
+                batch_size=batch_size,
+                attn_head_count=heads,
+                attn_head_size=module.head_dim,
+                kv_head_count=heads,
+                num_hidden_layers=self.config.num_hidden_layers,
+                process_group=self.group,
+                seq_length_is_variable=True,
+                disable_in_eval=True,
             )
         return self._ulysses[batch_size]
 
@@ -335,7 +367,12 @@ def setup_sequence_parallel(sp_size: int, ds_config: dict | None, training_args=
     if sp_size <= 1:
         return None
     if training_args is not None and ds_config is not None:
-        configure_ds_config(ds_config, sp_size, training_args.per_device_train_batch_size,
-                            training_args.gradient_accumulation_steps, training_args.world_size)
+        configure_ds_config(
+            ds_config,
+            sp_size,
+            training_args.per_device_train_batch_size,
+            training_args.gradient_accumulation_steps,
+            training_args.world_size,
+        )
     init_sequence_parallel_groups(sp_size)
     return ViTSequenceParallel(sp_size, sequence_parallel_loss_grad_scale(sp_size, ds_config))

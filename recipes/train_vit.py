@@ -15,6 +15,16 @@ On GPUs, the study's setup (ViT-B/16 from scratch at 224 px on CIFAR-100, 8 GPUs
         --output_dir outputs/vit-b16-cifar100
 
 Fine-tuning a Hub checkpoint: `--model_name_or_path google/vit-base-patch16-224-in21k` instead of `--model_preset`.
+
+High-resolution images with sequence parallelism (each image's 4,097 tokens split over 4 GPUs; 8 GPUs = 2 data-parallel
+groups of 4; the 224 px checkpoint's position embeddings are interpolated to 1024 px):
+
+    torchrun --nproc_per_node 8 recipes/train_vit.py --ds_config ds_configs/zero2.json --sequence_parallel_size 4 \
+        --model_name_or_path google/vit-base-patch16-224-in21k --image_size 1024 --per_device_train_batch_size 1 \
+        --bf16 --dataset_name YOUR_DATASET --output_dir outputs/vit-b16-1024-sp4
+
+On the CPU: `torchrun --nproc_per_node 2 recipes/train_vit.py --sequence_parallel_size 2 --ds_config
+ds_configs/zero2.json --model_preset vit-tiny-cpu --image_size 16 --max_steps 30 --output_dir outputs/sp2`.
 Every launcher works: `python`, `accelerate launch`, `torchrun --nproc_per_node N`, `deepspeed --num_gpus N`.
 Run with `--help` for every flag (ours and TrainingArguments').
 """
@@ -153,7 +163,8 @@ def main(argv=None) -> int:
     if training_args.device.type == "cpu":
         training_args.dataloader_pin_memory = False  # pinning needs an accelerator
     ds_config_path = training_args.deepspeed if isinstance(training_args.deepspeed, str) else None
-    lr_info = apply_lr_scaling(training_args, scaling_args.lr_scaling, scaling_args.reference_batch_size)
+    lr_info = apply_lr_scaling(training_args, scaling_args.lr_scaling, scaling_args.reference_batch_size,
+                               scaling_args.sequence_parallel_size)
     # parse_args checked and loaded the file; TrainingArguments holds it (with the Trainer's "auto" values filled).
     ds_config = training_args.hf_deepspeed_config.config if training_args.deepspeed else None
     if ds_config is not None:

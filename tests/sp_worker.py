@@ -33,8 +33,17 @@ BATCH = 3
 
 
 def tiny_config(image_size: int) -> ViTConfig:
-    config = ViTConfig(image_size=image_size, patch_size=4, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                       intermediate_size=64, num_labels=5, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = ViTConfig(
+        image_size=image_size,
+        patch_size=4,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        num_labels=5,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     config._attn_implementation = "sdpa"
     return config
 
@@ -53,10 +62,12 @@ def max_rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
 
 
-def forward_backward_check(image_size: int) -> dict:
+def forward_backward_check(image_size: int, checkpointing: bool = False) -> dict:
     config = tiny_config(image_size)
     reference = build(config)
     model = copy.deepcopy(reference)
+    if checkpointing:  # layers recomputed in backward: the all-to-alls run again there
+        model.gradient_checkpointing_enable()
     ViTSequenceParallel(SP, sequence_parallel_loss_grad_scale(SP, {"zero_optimization": {"stage": 2}})).attach(model)
     pixels, labels = batch(image_size, seed=1)
     ref_out = reference(pixel_values=pixels, labels=labels)
@@ -82,10 +93,19 @@ def forward_backward_check(image_size: int) -> dict:
     with torch.no_grad():
         eval_rel = max_rel(model(pixel_values=own_pixels).logits, reference(pixel_values=own_pixels).logits)
     tokens = (image_size // 4) ** 2 + 1
-    return {"tokens": tokens, "padded": tokens % SP != 0, "logits_max_rel": max_rel(out.logits, ref_out.logits),
-            "loss_equal": float(out.loss) == float(ref_out.loss), "grad_max_rel": grad_rel,
-            "grad_tensors_compared": len(nontrivial), "grad_tensors": len(grads), "grad_max_abs_diff_zero_grads":
-            grad_abs_trivial, "grad_largest": largest, "eval_logits_max_rel": eval_rel}
+    return {
+        "tokens": tokens,
+        "padded": tokens % SP != 0,
+        "gradient_checkpointing": checkpointing,
+        "logits_max_rel": max_rel(out.logits, ref_out.logits),
+        "loss_equal": float(out.loss) == float(ref_out.loss),
+        "grad_max_rel": grad_rel,
+        "grad_tensors_compared": len(nontrivial),
+        "grad_tensors": len(grads),
+        "grad_max_abs_diff_zero_grads": grad_abs_trivial,
+        "grad_largest": largest,
+        "eval_logits_max_rel": eval_rel,
+    }
 
 
 def gathered_parameters(model) -> dict[str, torch.Tensor]:
@@ -96,22 +116,36 @@ def gathered_parameters(model) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
-def zero_steps(stage: int, steps: int = 3, lr: float = 0.5) -> dict:
+def zero_steps(spec: str, steps: int = 3, lr: float = 0.5) -> dict:
+    """spec: a stage ("0".."3"), or "2o" / "3o" for the shipped offload configs' shape (optimizer on the CPU; ZeRO-3
+    parameters too)."""
+    stage, offload = int(spec[0]), spec.endswith("o")
     image_size = 16  # 17 tokens: the padded case
     config = tiny_config(image_size)
     reference = build(config)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=lr)
-    ds_config = {"train_micro_batch_size_per_gpu": BATCH, "gradient_accumulation_steps": 1, "gradient_clipping": 0.0,
-                 "zero_optimization": {"stage": stage}, "zero_allow_untested_optimizer": True,
-                 "steps_per_print": 10**6}
+    ds_config = {
+        "train_micro_batch_size_per_gpu": BATCH,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": 0.0,
+        "zero_optimization": {"stage": stage},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 10**6,
+    }
+    if offload:
+        ds_config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+        if stage == 3:
+            ds_config["zero_optimization"]["offload_param"] = {"device": "cpu"}
+        ds_config["zero_force_ds_cpu_optimizer"] = False  # plain torch SGD, as the reference
     world = dist.get_world_size()
     from hf_vit_scaling.sequence_parallel import configure_ds_config
 
     configure_ds_config(ds_config, SP, BATCH, 1, world)
     model = build(config)
     ViTSequenceParallel(SP, sequence_parallel_loss_grad_scale(SP, ds_config)).attach(model)
-    engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=lr),
-                                      config=ds_config)
+    engine, *_ = deepspeed.initialize(
+        model=model, optimizer=torch.optim.SGD(model.parameters(), lr=lr), config=ds_config
+    )
     losses, ref_losses = [], []
     for step in range(steps):
         pixels, labels = batch(image_size, seed=100 + step)
@@ -129,18 +163,35 @@ def zero_steps(stage: int, steps: int = 3, lr: float = 0.5) -> dict:
     moved = max(float((ref[n] - p0).abs().max()) for n, p0 in build(config).named_parameters())
     diff = max(float((params[n] - ref[n].detach()).abs().max()) for n in ref)
     # Relative to how far the reference moved: a half-size update gives about 0.5.
-    return {"stage": stage, "param_max_abs_diff": diff, "reference_max_update": moved,
-            "diff_over_update": diff / moved, "losses": losses, "reference_losses": ref_losses}
+    return {
+        "stage": spec,
+        "param_max_abs_diff": diff,
+        "reference_max_update": moved,
+        "diff_over_update": diff / moved,
+        "losses": losses,
+        "reference_losses": ref_losses,
+    }
 
 
 def trainer_batches(tmp: str) -> list[list[int]]:
     from datasets import Dataset
 
     dataset = Dataset.from_dict({"pixel_values": [[float(i)] for i in range(40)], "labels": list(range(40))})
-    args = TrainingArguments(output_dir=tmp, per_device_train_batch_size=4, use_cpu=True, report_to=[], seed=3,
-                             remove_unused_columns=False, dataloader_pin_memory=False)
-    trainer = VitTrainer(model=build(tiny_config(12)), args=args, train_dataset=dataset,
-                         data_collator=lambda rows: {"labels": torch.tensor([r["labels"] for r in rows])})
+    args = TrainingArguments(
+        output_dir=tmp,
+        per_device_train_batch_size=4,
+        use_cpu=True,
+        report_to=[],
+        seed=3,
+        remove_unused_columns=False,
+        dataloader_pin_memory=False,
+    )
+    trainer = VitTrainer(
+        model=build(tiny_config(12)),
+        args=args,
+        train_dataset=dataset,
+        data_collator=lambda rows: {"labels": torch.tensor([r["labels"] for r in rows])},
+    )
     trainer.sequence_parallel = sp_state
     with_sp = [b["labels"].tolist() for b in trainer.get_train_dataloader()]
     trainer.sequence_parallel = None
@@ -155,10 +206,14 @@ if __name__ == "__main__":
     sp_state = setup_sequence_parallel(SP, {"zero_optimization": {"stage": 2}})
     torch.set_num_threads(1)
     result = {"world_size": dist.get_world_size(), "dp_rank": sp_state.dp_rank, "sp_rank": sp_state.sp_rank}
-    result["forward_backward"] = [forward_backward_check(16), forward_backward_check(12)]
+    result["forward_backward"] = [
+        forward_backward_check(16),
+        forward_backward_check(12),
+        forward_backward_check(16, True),
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         result["trainer_batches"] = trainer_batches(tmp)
-    stages = [int(s) for s in os.environ.get("SP_WORKER_STAGES", "0,1,2,3").split(",")]
+    stages = os.environ.get("SP_WORKER_STAGES", "0,1,2,3,2o,3o").split(",")
     result["zero"] = [zero_steps(stage) for stage in stages]
     gathered = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, result)

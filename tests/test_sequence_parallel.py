@@ -15,7 +15,13 @@ import pytest
 import torch
 from helpers import DS_CONFIGS, REPO, TINY_ARGS, launcher_cmd, read_json, run, run_recipe
 
-from hf_vit_scaling import UserInputError, build_model_from_preset, check_sequence_parallel, preset_config
+from hf_vit_scaling import (
+    UserInputError,
+    build_model_from_preset,
+    check_sequence_parallel,
+    image_processor_for,
+    preset_config,
+)
 from hf_vit_scaling.models import load_model_for_finetuning
 from hf_vit_scaling.sequence_parallel import configure_ds_config, sequence_parallel_loss_grad_scale
 
@@ -96,18 +102,22 @@ def test_two_process_sequence_parallel_matches_the_plain_model(tmp_path):
     ranks = read_json(out)["ranks"]
     assert [(r["dp_rank"], r["sp_rank"]) for r in ranks] == [(0, 0), (0, 1)]
     for r in ranks:
-        for check in r["forward_backward"]:  # 17 tokens (padded to 18) and 10 tokens (even split)
+        for check in r["forward_backward"]:  # 17 tokens (padded to 18), 10 (even split), 17 recomputed in backward
             assert check["logits_max_rel"] <= 1e-6, check
             assert check["grad_max_rel"] <= 1e-6, check  # observed ~3e-7 relative
             assert check["grad_tensors_compared"] >= check["grad_tensors"] - 2, check  # only k_proj biases left out
             assert check["grad_max_abs_diff_zero_grads"] <= 1e-6 * check["grad_largest"], check
             assert check["eval_logits_max_rel"] <= 1e-6, check
-        assert {c["padded"] for c in r["forward_backward"]} == {True, False}
+        assert [(c["tokens"], c["padded"], c["gradient_checkpointing"]) for c in r["forward_backward"]] == [
+            (17, True, False),
+            (10, False, False),
+            (17, True, True),
+        ]
         for zero in r["zero"]:
             # A half- or double-size update would leave diff_over_update near 0.5 or 1.
             assert zero["diff_over_update"] <= 1e-5, zero
             assert zero["losses"] == pytest.approx(zero["reference_losses"], rel=1e-5), zero
-        assert [z["stage"] for z in r["zero"]] == [0, 1, 2, 3]
+        assert [z["stage"] for z in r["zero"]] == ["0", "1", "2", "3", "2o", "3o"]  # o: offload
     # The Trainer's batches: the two ranks (one SP group) get the same ones, in the order one process would see:
     # without the sharding fix they get alternate batches of that order.
     with_sp = [r["trainer_batches"]["with_sp"] for r in ranks]
@@ -122,7 +132,7 @@ def test_two_process_sequence_parallel_matches_the_plain_model(tmp_path):
 
 SHORT = ["--eval_strategy", "no", "--max_eval_samples", "100", "--logging_steps", "1"]
 
-RELOAD_PLAIN = '''
+RELOAD_PLAIN = """
 import json, sys
 import torch
 from transformers import AutoImageProcessor, ViTConfig, ViTForImageClassification
@@ -134,7 +144,7 @@ with torch.no_grad():
 print(json.dumps({"keys": sorted(config), "image_size": size, "finite": bool(torch.isfinite(logits).all()),
                   "processor_size": AutoImageProcessor.from_pretrained(sys.argv[1]).size["height"],
                   "positions": model.vit.embeddings.position_embeddings.shape[1]}))
-'''
+"""
 
 
 def reload_plain(tmp_path, output_dir) -> dict:
@@ -176,14 +186,32 @@ def test_recipe_sequence_parallel_zero2_equals_one_process_and_reloads_as_plain_
 @pytest.mark.distributed
 def test_recipe_high_resolution_finetune_under_zero3(tmp_path):
     """A 16 px checkpoint fine-tuned at 32 px (17 -> 65 tokens, 33 per rank) with SP under ZeRO-3."""
-    run_recipe(tmp_path / "ckpt", "--max_steps", "2", *SHORT, launcher="python")
+    torch.manual_seed(0)
+    config = preset_config("vit-tiny-cpu", [str(i) for i in range(10)], image_size=16)
+    build_model_from_preset(config).save_pretrained(tmp_path / "ckpt")
+    image_processor_for(config).save_pretrained(tmp_path / "ckpt")
     out = tmp_path / "hires"
     # TINY_ARGS without its preset and image size (flag/value pairs): a checkpoint replaces the preset.
     pairs = zip(TINY_ARGS[0::2], TINY_ARGS[1::2], strict=True)
     tiny = [x for flag, value in pairs if flag not in ("--model_preset", "--image_size") for x in (flag, value)]
-    cmd = [*launcher_cmd("torchrun", 2), REPO / "recipes" / "train_vit.py", "--output_dir", out, *tiny,
-           "--model_name_or_path", tmp_path / "ckpt", "--image_size", "32", "--sequence_parallel_size", "2",
-           "--ds_config", DS_CONFIGS / "zero3.json", "--max_steps", "3", *SHORT]
+    cmd = [
+        *launcher_cmd("torchrun", 2),
+        REPO / "recipes" / "train_vit.py",
+        "--output_dir",
+        out,
+        *tiny,
+        "--model_name_or_path",
+        tmp_path / "ckpt",
+        "--image_size",
+        "32",
+        "--sequence_parallel_size",
+        "2",
+        "--ds_config",
+        DS_CONFIGS / "zero3.json",
+        "--max_steps",
+        "3",
+        *SHORT,
+    ]
     proc = run(cmd)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     setup = read_json(out / "throughput.json")["setup"]
@@ -191,3 +219,19 @@ def test_recipe_high_resolution_finetune_under_zero3(tmp_path):
     assert all(math.isfinite(e["loss"]) for e in log_history(out))
     reloaded = reload_plain(tmp_path, out)
     assert (reloaded["image_size"], reloaded["processor_size"], reloaded["positions"]) == (32, 32, 65)
+
+
+def test_high_resolution_recipe_file_parses_and_fits_its_model(tmp_path):
+    """recipes/vit_b16_1024_sp.yaml: every key is a recipe flag; ViT-B/16 (12 heads) splits over its 4 ranks."""
+    import yaml
+    from transformers import HfArgumentParser
+
+    from hf_vit_scaling import MODEL_PRESETS
+    from hf_vit_scaling.arguments import ALL_ARGUMENT_CLASSES
+
+    values = yaml.safe_load((REPO / "recipes" / "vit_b16_1024_sp.yaml").read_text(encoding="utf-8"))
+    values.update(bf16=False, use_cpu=True, output_dir=str(tmp_path))  # bf16 needs an accelerator
+    model_args, _, scaling_args, _ = HfArgumentParser(ALL_ARGUMENT_CLASSES).parse_dict(values)
+    assert (model_args.image_size // 16) ** 2 + 1 == 4097
+    heads = MODEL_PRESETS["vit-b-16"]["num_attention_heads"]
+    check_sequence_parallel(scaling_args.sequence_parallel_size, 8, ZERO[2], heads)
