@@ -12,8 +12,9 @@ What runs where, for one image of L tokens (CLS + patches) on an SP group of N r
 
 Gradients. The head after the gather is replicated, so each rank gets the head's full gradient, while each rank's
 layer gradients are only its own tokens' share. The gather's backward returns this rank's slice times N, and the
-loss's gradient is multiplied by `loss_grad_scale`: with the 1/N of ZeRO 0-2 every rank then holds exactly a 1/N-th
-share of the full gradient for every parameter, so a sum over the SP group is the exact gradient. DeepSpeed ZeRO 0-2
+logits' gradient (so that of any loss computed from them) is multiplied by `loss_grad_scale`, their values left
+alone: with the 1/N of ZeRO 0-2 every rank then holds exactly a 1/N-th share of the full gradient for every
+parameter, so a sum over the SP group is the exact gradient. DeepSpeed ZeRO 0-2
 reduce gradients as a sum over the SP group and a mean over data-parallel replicas (they divide by world / N).
 ZeRO-3 with `reduce_scatter` (its default) divides by the whole world instead, so there the loss scale is 1 (N x the
 ZeRO 0-2 value). ZeRO-3 with `reduce_scatter: false` mixes both reductions depending on the bucket size, so it is
@@ -164,12 +165,12 @@ class _GatherSequence(torch.autograd.Function):
 
 
 class _ScaleGrad(torch.autograd.Function):
-    """Identity forward (the logged loss is the true one); multiplies the gradient by `scale`."""
+    """Identity forward (logits and the logged loss stay the true ones); multiplies the gradient by `scale`."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, scale: float) -> torch.Tensor:
         ctx.scale = scale
-        return x.clone()  # not a view: the Trainer scales the loss in place
+        return x.clone()  # not a view: later in-place ops (the Trainer scales its loss in place) stay legal
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
@@ -261,7 +262,9 @@ class ViTSequenceParallel:
             vit.embeddings.register_forward_pre_hook(self._same_pixels_in_group),
             vit.embeddings.register_forward_hook(self._split),
             vit.layernorm.register_forward_pre_hook(self._gather),
-            model.register_forward_hook(self._scale_loss_grad),
+            # The model's last output (logits; a bare ViTModel's outputs): scaling its gradient scales the loss's,
+            # whichever loss is computed from it (the model's own, the Trainer's label smoothing, a custom one).
+            getattr(model, "classifier", model).register_forward_hook(self._scale_loss_grad),
         ]
         return self
 
@@ -307,9 +310,11 @@ class ViTSequenceParallel:
     def _scale_loss_grad(self, module, args, output):
         if not module.training or self.loss_grad_scale == 1.0:
             return None
-        loss = output.get("loss") if isinstance(output, dict) else None
-        if loss is not None and loss.requires_grad:
-            output["loss"] = _ScaleGrad.apply(loss, self.loss_grad_scale)
+        if isinstance(output, torch.Tensor):
+            return _ScaleGrad.apply(output, self.loss_grad_scale)
+        for key in ("last_hidden_state", "pooler_output"):  # a bare ViTModel
+            if output.get(key) is not None:
+                output[key] = _ScaleGrad.apply(output[key], self.loss_grad_scale)
         return output
 
     # ---- attention

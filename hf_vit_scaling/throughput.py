@@ -57,7 +57,8 @@ REPORT_FILENAME = "throughput.json"
 REPORT_SCHEMA = {
     "setup": ["world_size", "num_nodes", "per_device_train_batch_size", "gradient_accumulation_steps",
               "global_batch_size", "zero_stage", "offload", "precision", "image_size", "patch_size", "tokens_per_image",
-              "num_parameters", "devices", "hostnames", "versions", "simulated_slow_ranks", "rank_batches"],
+              "num_parameters", "devices", "hostnames", "versions", "simulated_slow_ranks", "rank_batches",
+              "sequence_parallel_size", "tokens_per_rank"],
     "throughput": ["images_per_s", "images_per_s_per_device", "images_measured", "steps_measured", "warmup_steps",
                    "measured_time_s", "nominal_images_per_step"],
     "step_time_s": ["mean", "median", "p90", "compute_mean", "data_wait_mean", "data_wait_fraction",
@@ -464,6 +465,10 @@ def load_throughput_report(path: str) -> dict:
         report = json.load(f)
     if report.get("schema_version") != SCHEMA_VERSION:
         raise ValueError(f"{path}: throughput report schema {report.get('schema_version')} != {SCHEMA_VERSION}")
+    setup = report.get("setup", {})
+    if "tokens_per_image" in setup:  # written before sequence parallelism: one rank per image
+        setup.setdefault("sequence_parallel_size", 1)
+        setup.setdefault("tokens_per_rank", setup["tokens_per_image"])
     missing = [f"{section}.{key}" for section, keys in REPORT_SCHEMA.items() for key in keys
                if key not in report.get(section, {})]
     if missing:

@@ -25,6 +25,7 @@ groups of 4; the 224 px checkpoint's position embeddings are interpolated to 102
 
 On the CPU: `torchrun --nproc_per_node 2 recipes/train_vit.py --sequence_parallel_size 2 --ds_config
 ds_configs/zero2.json --model_preset vit-tiny-cpu --image_size 16 --max_steps 30 --output_dir outputs/sp2`.
+
 Every launcher works: `python`, `accelerate launch`, `torchrun --nproc_per_node N`, `deepspeed --num_gpus N`.
 Run with `--help` for every flag (ours and TrainingArguments').
 """
