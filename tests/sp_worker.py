@@ -1,11 +1,11 @@
-"""Worker for tests/test_sequence_parallel.py, launched as `torchrun --nproc_per_node 2 tests/sp_worker.py OUT.json`.
+"""Worker for tests/test_sequence_parallel.py, launched as `torchrun --nproc_per_node W tests/sp_worker.py OUT.json`.
 
-Every rank builds the same tiny ViT (same seed) twice: a non-parallel reference and a copy with sequence parallelism
-(SP group = both ranks). It measures, and rank 0 writes to OUT.json:
+SP groups of 2 ranks, W / 2 data-parallel groups. Every rank builds the same tiny ViT (same seed) twice: a
+non-parallel reference and a copy with sequence parallelism. It measures, and rank 0 writes to OUT.json:
 - logits and gradients of SP vs reference, for a padded (17 tokens) and an evenly split (10 tokens) sequence;
 - evaluation mode: SP is off, each rank runs its own images in full;
 - parameters after a few SGD steps through DeepSpeed engines at ZeRO 0, 1, 2 and 3 vs plain torch SGD on the same
-  batches (SGD, not Adam: Adam's update hardly changes when the gradient is scaled, so it would hide a 2x error);
+  global batches (each SP group trains on its slice of it) (SGD, not Adam: Adam's update hardly changes when the gradient is scaled, so it would hide a 2x error);
 - the Trainer's training batches on each rank (the ranks of one SP group must get the same ones).
 """
 
@@ -77,7 +77,7 @@ def forward_backward_check(image_size: int, checkpointing: bool = False) -> dict
     grads = {}
     for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters(), strict=True):
         grad = p.grad.clone()
-        dist.all_reduce(grad)  # ZeRO 0-2 sum over the SP group (and average over data-parallel replicas: 1 here)
+        dist.all_reduce(grad, group=sp_state.group)  # ZeRO 0-2 sum over the SP group
         grads[name] = (grad, q.grad)
     # Per tensor, relative to the tensor's largest reference entry. Tensors whose gradient is zero in exact arithmetic
     # (k_proj.bias: softmax ignores a constant added to every key; its reference gradient is ~1e-9 rounding noise)
@@ -147,12 +147,17 @@ def zero_steps(spec: str, steps: int = 3, lr: float = 0.5) -> dict:
         model=model, optimizer=torch.optim.SGD(model.parameters(), lr=lr), config=ds_config
     )
     losses, ref_losses = [], []
+    dp, group = world // SP, sp_state.dp_rank
     for step in range(steps):
-        pixels, labels = batch(image_size, seed=100 + step)
-        loss = engine(pixel_values=pixels, labels=labels).loss
+        # The global batch holds dp x BATCH images; SP group k trains on slice k, the reference on all of it.
+        pixels, labels = batch(image_size, seed=100 + step, n=dp * BATCH)
+        mine = slice(group * BATCH, (group + 1) * BATCH)
+        loss = engine(pixel_values=pixels[mine], labels=labels[mine]).loss
         engine.backward(loss)
         engine.step()
-        losses.append(float(loss))
+        mean_loss = loss.detach().clone()
+        dist.all_reduce(mean_loss)  # mean over ranks = mean over groups = the global batch's mean loss
+        losses.append(float(mean_loss) / world)
         ref_opt.zero_grad()
         ref_loss = reference(pixel_values=pixels, labels=labels).loss
         ref_loss.backward()
