@@ -3,7 +3,7 @@
 The distributed tests launch real processes: one torchrun of tests/sp_worker.py (logits, gradients, eval mode,
 Trainer batches, ZeRO 0-3 parameters after SGD steps, all against a non-parallel reference in the same worker),
 and the recipe itself (SP over 2 ranks vs one process on the same batches; a high-resolution fine-tune under ZeRO-3).
-About 2 minutes on 2 CPU cores.
+Measured: 4 min 45 s wall on 2 CPU cores shared with other jobs (load average 6-7), 3 min of CPU in all.
 """
 
 import json
@@ -155,7 +155,7 @@ def test_four_processes_two_data_parallel_groups_of_two(tmp_path):
 
 # --------------------------------------------------------------------------- 2 processes: the recipe
 
-SHORT = ["--eval_strategy", "no", "--max_eval_samples", "100", "--logging_steps", "1"]
+SHORT = ["--eval_strategy", "no", "--max_eval_samples", "32", "--logging_steps", "1"]
 
 RELOAD_PLAIN = """
 import json, sys
@@ -193,7 +193,7 @@ def test_recipe_sequence_parallel_zero2_equals_one_process_and_reloads_as_plain_
         "--ds_config",
         str(DS_CONFIGS / "zero2.json"),
         "--max_steps",
-        "8",
+        "6",
         "--label_smoothing_factor",
         "0.1",
         *SHORT,
@@ -201,7 +201,7 @@ def test_recipe_sequence_parallel_zero2_equals_one_process_and_reloads_as_plain_
     run_recipe(tmp_path / "sp", *args, "--sequence_parallel_size", "2", launcher="torchrun", nproc=2)
     run_recipe(tmp_path / "one", *args, launcher="python")
     sp, one = log_history(tmp_path / "sp"), log_history(tmp_path / "one")
-    assert len(sp) == len(one) == 8
+    assert len(sp) == len(one) == 6
     assert [e["loss"] for e in sp] == pytest.approx([e["loss"] for e in one], rel=1e-5)
     assert [e["grad_norm"] for e in sp] == pytest.approx([e["grad_norm"] for e in one], rel=1e-5)
 
@@ -243,7 +243,7 @@ def test_recipe_high_resolution_finetune_under_zero3(tmp_path):
         "--ds_config",
         DS_CONFIGS / "zero3.json",
         "--max_steps",
-        "3",
+        "2",
         *SHORT,
     ]
     proc = run(cmd)
