@@ -1,8 +1,9 @@
-"""Sequence parallelism (issue 8): checks, position-embedding interpolation, and 2-process runs over gloo.
+"""Sequence parallelism (issue 8): checks, position-embedding interpolation, and multi-process runs over gloo.
 
-The distributed tests launch real processes: one torchrun of tests/sp_worker.py (logits, gradients, eval mode,
-Trainer batches, ZeRO 0-3 parameters after SGD steps, all against a non-parallel reference in the same worker),
-and the recipe itself (SP over 2 ranks vs one process on the same batches; a high-resolution fine-tune under ZeRO-3).
+The distributed tests launch real processes: torchrun of tests/sp_worker.py with 2 processes (one SP group) and 4
+(2 data-parallel groups x 2) -- logits, gradients, eval mode, Trainer batches, parameters after SGD steps under ZeRO
+0-3 and offload, all against a non-parallel reference in the same worker -- and the recipe itself (SP over 2 ranks
+vs one process on the same batches; a high-resolution fine-tune under ZeRO-3).
 Measured: 4 min 45 s wall on 2 CPU cores shared with other jobs (load average 6-7), 3 min of CPU in all.
 """
 
