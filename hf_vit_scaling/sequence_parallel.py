@@ -38,7 +38,9 @@ import torch.distributed as dist
 from .deepspeed_config import zero_stage
 from .errors import UserInputError
 
-SUPPORTED_ATTENTION = ("sdpa", "eager")
+# sdpa only: overriding "eager" in transformers' registry would hand ViT's eager function to every other model type
+# in the process (their own eager functions are the registry's per-model defaults).
+SUPPORTED_ATTENTION = ("sdpa",)
 
 
 # --------------------------------------------------------------------------- checks (before any expensive work)
@@ -183,12 +185,9 @@ _ORIGINAL_ATTENTION: dict[str, Any] = {}
 _SP_ATTR = "_hf_vit_sequence_parallel"  # set on each ViTAttention of an SP model (plain attribute, not a submodule)
 
 
-def _padding_mask(position_ids: torch.Tensor, dtype: torch.dtype, additive: bool) -> torch.Tensor:
-    """(bs, L_pad) positions, -1 for padding -> a key mask broadcast over heads and queries: (bs, 1, 1, L_pad)."""
-    keep = (position_ids >= 0)[:, None, None, :]
-    if not additive:
-        return keep  # sdpa: True = attend
-    return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
+def _padding_mask(position_ids: torch.Tensor) -> torch.Tensor:
+    """(bs, L_pad) positions, -1 for padding -> sdpa's boolean key mask (True = attend), (bs, 1, 1, L_pad)."""
+    return (position_ids >= 0)[:, None, None, :]
 
 
 def _install_attention_dispatch(implementation: str) -> None:
@@ -196,11 +195,10 @@ def _install_attention_dispatch(implementation: str) -> None:
     process (a non-parallel reference, an eval copy) keeps the original function. The model's config is untouched,
     so a saved model carries no SP setting."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-    from transformers.models.vit.modeling_vit import eager_attention_forward
 
     if implementation in _ORIGINAL_ATTENTION:
         return
-    original = eager_attention_forward if implementation == "eager" else ALL_ATTENTION_FUNCTIONS[implementation]
+    original = ALL_ATTENTION_FUNCTIONS[implementation]
     _ORIGINAL_ATTENTION[implementation] = original
 
     def dispatch(module, query, key, value, attention_mask, *args, **kwargs):
@@ -345,7 +343,7 @@ class ViTSequenceParallel:
     def _core_attention(self, module, query, key, value, attention_mask, *args, position_ids=None, **kwargs):
         """Called by Ulysses after the all-to-all: (bs, heads/N, L_pad, head_dim), positions all-gathered."""
         if self.padded_len != self.seq_len and position_ids is not None:
-            attention_mask = _padding_mask(position_ids, query.dtype, additive=self.implementation == "eager")
+            attention_mask = _padding_mask(position_ids)
         original = _ORIGINAL_ATTENTION[self.implementation]
         return original(module, query, key, value, attention_mask, *args, **kwargs)
 

@@ -40,6 +40,7 @@ ZERO = {stage: {"zero_optimization": {"stage": stage}} for stage in range(4)}
         (dict(num_attention_heads=3), ["does not divide the model's 3 attention heads", "[3]"]),
         (dict(ds_config={"zero_optimization": {"stage": 3, "reduce_scatter": False}}), ["reduce_scatter"]),
         (dict(attn_implementation="flex_attention"), ["--attn_implementation flex_attention"]),
+        (dict(attn_implementation="eager"), ["--attn_implementation eager"]),
         (dict(balance_batches="calibrate"), ["--balance_batches"]),
     ],
 )
