@@ -51,6 +51,7 @@ from .models import (
     load_model_for_finetuning,
     preset_config,
 )
+from .sequence_parallel import ViTSequenceParallel, check_sequence_parallel, setup_sequence_parallel
 from .throughput import ThroughputCallback, add_throughput_callback, format_report, load_throughput_report
 from .trainer import CheckpointSaveError, NonFiniteLossError, TrainingStopped, VitTrainer
 
@@ -71,6 +72,9 @@ __all__ = [
     "NonFiniteLossError",
     "TrainingStopped",
     "SlowRankSimulator",
+    "ViTSequenceParallel",
+    "check_sequence_parallel",
+    "setup_sequence_parallel",
     "UnevenBatchSampler",
     "calibrate_speeds",
     "loss_weight",

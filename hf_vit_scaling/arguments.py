@@ -15,7 +15,8 @@ from transformers import HfArgumentParser, TrainingArguments
 
 from .deepspeed_config import load_ds_config, zero_stage
 from .errors import UserInputError
-from .models import MODEL_PRESETS
+from .models import DEFAULT_PRESET, MODEL_PRESETS
+from .sequence_parallel import check_sequence_parallel
 
 
 @dataclass
@@ -147,6 +148,14 @@ class ScalingArguments:
             "help": "Heterogeneous GPUs: 'calibrate' times each rank at start and gives it a micro-batch proportional "
             "to its speed (same global batch, same gradient: losses are weighted); or explicit shares per rank, "
             "e.g. '1,2'; 'off' (default): equal micro-batches. Plain DDP and ZeRO 0-2."
+        },
+    )
+    sequence_parallel_size: int = field(
+        default=1,
+        metadata={
+            "help": "Split each training image's patch sequence over N ranks (DeepSpeed Ulysses attention); world "
+            "size = data-parallel replicas x N, and the N ranks of a group share their images. Needs --ds_config "
+            "(ZeRO 0-3) and a head count divisible by N. For high resolutions, e.g. ViT-B/16 at 1024 px = 4,097 tokens."
         },
     )
     simulate_slow_ranks: str | None = field(
@@ -357,9 +366,10 @@ def validate_args(model_args, data_args, scaling_args, training_args) -> None:
             "--model_preset and --model_name_or_path are exclusive: a preset trains from scratch, a checkpoint is "
             "fine-tuned. Fix: drop one of them."
         )
-    if model_args.model_name_or_path and (model_args.image_size or model_args.patch_size):
+    if model_args.model_name_or_path and model_args.patch_size:
         raise UserInputError(
-            "--image_size/--patch_size only apply to --model_preset; a checkpoint keeps its own. Fix: drop them."
+            "--patch_size only applies to --model_preset; a checkpoint keeps its own. Fix: drop it (--image_size "
+            "works with a checkpoint: its position embeddings are interpolated)."
         )
     if model_args.image_size is not None and model_args.image_size <= 0:
         raise UserInputError(f"--image_size must be positive, got {model_args.image_size}.")
@@ -388,5 +398,10 @@ def validate_args(model_args, data_args, scaling_args, training_args) -> None:
     parse_slow_ranks(scaling_args.simulate_slow_ranks)
     check_ds_config_against_flags(training_args)
     check_balance_batches(scaling_args.balance_batches, training_args)
+    ds = getattr(training_args, "hf_deepspeed_config", None)
+    preset = None if model_args.model_name_or_path else MODEL_PRESETS[model_args.model_preset or DEFAULT_PRESET]
+    check_sequence_parallel(scaling_args.sequence_parallel_size, training_args.world_size,
+                            ds.config if ds is not None else None, preset and preset["num_attention_heads"],
+                            model_args.attn_implementation, scaling_args.balance_batches)
     if scaling_args.reference_batch_size <= 0:
         raise UserInputError(f"--reference_batch_size must be positive, got {scaling_args.reference_batch_size}.")

@@ -27,10 +27,11 @@ def scaled_learning_rate(base_lr: float, global_batch: int, reference_batch: int
     return {"none": base_lr, "linear": base_lr * ratio, "sqrt": base_lr * math.sqrt(ratio)}[rule]
 
 
-def apply_lr_scaling(training_args, rule: str, reference_batch: int) -> dict:
-    """Set `training_args.learning_rate` (and a warmup if none was given) for the run's global batch."""
+def apply_lr_scaling(training_args, rule: str, reference_batch: int, sequence_parallel_size: int = 1) -> dict:
+    """Set `training_args.learning_rate` (and a warmup if none was given) for the run's global batch
+    (N sequence-parallel ranks share their images: the batch counts world / N replicas)."""
     global_batch = (training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
-                    * training_args.world_size)
+                    * training_args.world_size // sequence_parallel_size)
     base = training_args.learning_rate
     training_args.learning_rate = scaled_learning_rate(base, global_batch, reference_batch, rule)
     if rule != "none" and not training_args.warmup_steps:

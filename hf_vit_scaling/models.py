@@ -110,8 +110,24 @@ def load_backbone_state_dict(name_or_path: str, revision: str = "main", cache_di
     return {k: v for k, v in state_dict.items() if not k.startswith(HEAD_PREFIXES)}
 
 
+def interpolate_position_embeddings(state_dict: dict, config: ViTConfig, image_size: int) -> None:
+    """Resize a checkpoint's position table to `image_size` once, in place, with the bicubic interpolation of
+    transformers' `ViTEmbeddings.interpolate_pos_encoding` (the CLS entry kept): 224 -> 1024 px at patch 16 turns
+    1 + 14 x 14 = 197 entries into 1 + 64 x 64 = 4,097. The saved model then runs at the new size without flags."""
+    grid = image_size // config.patch_size
+    for key in [k for k in state_dict if k.endswith("embeddings.position_embeddings")]:
+        table = state_dict[key]
+        old = int(round((table.shape[1] - 1) ** 0.5))
+        patches = table[:, 1:].reshape(1, old, old, -1).permute(0, 3, 1, 2).float()
+        patches = torch.nn.functional.interpolate(patches, size=(grid, grid), mode="bicubic", align_corners=False)
+        patches = patches.permute(0, 2, 3, 1).reshape(1, grid * grid, -1).to(table.dtype)
+        state_dict[key] = torch.cat([table[:, :1], patches], dim=1)
+    config.image_size = image_size
+
+
 def load_model_for_finetuning(name_or_path: str, label_names: list[str], revision: str = "main",
-                              cache_dir: str | None = None, attn_implementation: str = "sdpa"):
+                              cache_dir: str | None = None, attn_implementation: str = "sdpa",
+                              image_size: int | None = None):
     """A pretrained ViT with a new head sized to `label_names`, correct under ZeRO-3 too.
 
     `ignore_mismatched_sizes=True` is not used: under ZeRO-3 the mismatched head is marked as loaded and never
@@ -122,6 +138,11 @@ def load_model_for_finetuning(name_or_path: str, label_names: list[str], revisio
         raise UserInputError(f"--model_name_or_path {name_or_path!r} has no config.json. Fix: pass a saved model folder.")
     config = ViTConfig.from_pretrained(name_or_path, revision=revision, cache_dir=cache_dir, **label_maps(label_names))
     state_dict = load_backbone_state_dict(name_or_path, revision, cache_dir)
+    if image_size and image_size != config.image_size:  # high-resolution fine-tuning from e.g. a 224 px checkpoint
+        if image_size % config.patch_size:
+            raise UserInputError(f"--image_size {image_size} is not a multiple of the checkpoint's patch size "
+                                 f"{config.patch_size}. Fix: pick a multiple of {config.patch_size}.")
+        interpolate_position_embeddings(state_dict, config, image_size)
     # With `state_dict`, transformers wants no name: the weights come from the dict, the shapes from `config`.
     return ViTForImageClassification.from_pretrained(
         None, config=config, state_dict=state_dict, attn_implementation=attn_implementation

@@ -14,7 +14,8 @@ batches are counted as they are. The first `warmup_steps` optimizer steps are ex
               zero_stage (null without DeepSpeed), offload {state: device}, precision, image_size, patch_size,
               tokens_per_image, num_parameters, devices [names], hostnames, versions {torch, transformers,
               deepspeed}, simulated_slow_ranks {rank: factor} (a SIMULATION when non-empty), rank_batches
-              (per-rank micro-batches when balanced, else null)
+              (per-rank micro-batches when balanced, else null), sequence_parallel_size (N ranks per image),
+              tokens_per_rank (ceil(tokens / N))
   throughput: images_per_s, images_per_s_per_device, images_measured, steps_measured, warmup_steps,
               measured_time_s, nominal_images_per_step (per-device batch x accumulation x world size)
   step_time_s: mean, median, p90 (consecutive step ends), compute_mean, data_wait_mean, data_wait_fraction,
@@ -56,7 +57,8 @@ REPORT_FILENAME = "throughput.json"
 REPORT_SCHEMA = {
     "setup": ["world_size", "num_nodes", "per_device_train_batch_size", "gradient_accumulation_steps",
               "global_batch_size", "zero_stage", "offload", "precision", "image_size", "patch_size", "tokens_per_image",
-              "num_parameters", "devices", "hostnames", "versions", "simulated_slow_ranks", "rank_batches"],
+              "num_parameters", "devices", "hostnames", "versions", "simulated_slow_ranks", "rank_batches",
+              "sequence_parallel_size", "tokens_per_rank"],
     "throughput": ["images_per_s", "images_per_s_per_device", "images_measured", "steps_measured", "warmup_steps",
                    "measured_time_s", "nominal_images_per_step"],
     "step_time_s": ["mean", "median", "p90", "compute_mean", "data_wait_mean", "data_wait_fraction",
@@ -132,13 +134,14 @@ class ThroughputCallback(TrainerCallback):
 
     def __init__(self, warmup_steps: int = 5, peak_tflops: float | None = None, ds_config: dict | None = None,
                  slow_ranks: dict[int, float] | None = None, rank_batches: list[int] | None = None,
-                 print_table: bool = True):
+                 print_table: bool = True, sequence_parallel_size: int = 1):
         self.warmup_steps = warmup_steps
         self.user_peak_tflops = peak_tflops
         self.ds_config = ds_config
         self.slow_ranks = slow_ranks or {}  # for the label only: SlowRankSimulator does the slowing
         self.rank_batches = rank_batches
         self.print_table = print_table
+        self.sp = sequence_parallel_size  # N ranks share each image: every image is counted on N ranks
         self.report: dict | None = None
         self._hooks = []
         self._reset()
@@ -237,11 +240,11 @@ class ThroughputCallback(TrainerCallback):
             return
         live = self._rate_figures()
         if live["images_per_s"] is not None:
-            logs["throughput/images_per_s"] = round(live["images_per_s"] * self.world_size, 2)
+            logs["throughput/images_per_s"] = round(live["images_per_s"] * self.world_size / self.sp, 2)
             if live["step_time_median"] is not None:  # None when every measured step followed a save/eval
                 logs["throughput/step_time_s"] = round(live["step_time_median"], 5)
             if self.peak_tflops and self.model is not None:
-                tflops = live["images_per_s"] * vit_train_flops_per_image(self.model.config) / 1e12
+                tflops = live["images_per_s"] / self.sp * vit_train_flops_per_image(self.model.config) / 1e12
                 logs["throughput/mfu"] = round(tflops / self.peak_tflops, 5)
 
     def on_train_end(self, args, state, control, **kwargs):
@@ -315,7 +318,7 @@ class ThroughputCallback(TrainerCallback):
         world = len(per_rank)
         config = self.model.config
         measured_time = max(r["measured_time"] for r in per_rank)
-        images = sum(r["images"] for r in per_rank)
+        images = sum(r["images"] for r in per_rank) // self.sp  # each image entered forward on its N SP ranks
         images_per_s = images / measured_time if measured_time > 0 else None
         train_flops = vit_train_flops_per_image(config)
         achieved_total = images_per_s * train_flops / 1e12 if images_per_s else None
@@ -347,7 +350,7 @@ class ThroughputCallback(TrainerCallback):
                 "num_nodes": len({r["node"] for r in per_rank}),
                 "per_device_train_batch_size": args.per_device_train_batch_size,
                 "gradient_accumulation_steps": gas,
-                "global_batch_size": args.per_device_train_batch_size * gas * world,
+                "global_batch_size": args.per_device_train_batch_size * gas * world // self.sp,
                 "zero_stage": zero_stage(self.ds_config),
                 "offload": offload_targets(self.ds_config),
                 "precision": precision_name(args.bf16, args.fp16, args.tf32),
@@ -360,6 +363,8 @@ class ThroughputCallback(TrainerCallback):
                 "versions": _versions(),
                 "simulated_slow_ranks": {str(k): v for k, v in self.slow_ranks.items()},
                 "rank_batches": self.rank_batches,
+                "sequence_parallel_size": self.sp,
+                "tokens_per_rank": -(-((image_size // patch_size) ** 2 + 1) // self.sp),
             },
             "throughput": {
                 "images_per_s": images_per_s,
@@ -368,7 +373,7 @@ class ThroughputCallback(TrainerCallback):
                 "steps_measured": main["steps"],
                 "warmup_steps": self.warmup_steps,
                 "measured_time_s": measured_time,
-                "nominal_images_per_step": args.per_device_train_batch_size * gas * world,
+                "nominal_images_per_step": args.per_device_train_batch_size * gas * world // self.sp,
             },
             "step_time_s": {
                 "mean": main["step_time_mean"], "median": main["step_time_median"], "p90": main["step_time_p90"],
@@ -405,6 +410,7 @@ def _fmt(value, spec: str = ".3g", unit: str = "") -> str:
 def format_report(report: dict) -> str:
     """A readable table of the report, printed once by the main process."""
     s, t, st, fl, mem, rk = (report[k] for k in ("setup", "throughput", "step_time_s", "flops", "memory", "ranks"))
+    sp = s.get("sequence_parallel_size", 1)  # reports written before sequence parallelism lack the key
     zero = "none (plain Trainer)" if s["zero_stage"] is None else f"ZeRO-{s['zero_stage']}"
     if s["offload"]:
         zero += " + offload " + ", ".join(f"{k}->{v}" for k, v in s["offload"].items())
@@ -415,9 +421,12 @@ def format_report(report: dict) -> str:
         "-" * 78,
         f"setup        {s['world_size']} process(es) on {s['num_nodes']} node(s), {zero}, {s['precision']}, "
         f"{s['image_size']} px / patch {s['patch_size']} ({s['tokens_per_image']} tokens), "
-        f"{s['num_parameters'] / 1e6:.2f} M params",
+        f"{s['num_parameters'] / 1e6:.2f} M params"
+        + (f"; sequence parallel over {s['sequence_parallel_size']} ranks ({s['tokens_per_rank']} tokens per rank)"
+           if sp > 1 else ""),
         f"batch        {s['per_device_train_batch_size']} per device x {s['gradient_accumulation_steps']} accumulation "
-        f"x {s['world_size']} = {s['global_batch_size']} images per optimizer step"
+        f"x {s['world_size'] // sp}{f' SP groups of {sp} ranks' if sp > 1 else ''} = {s['global_batch_size']} images "
+        "per optimizer step"
         + (f" (balanced per rank: {s['rank_batches']})" if s["rank_batches"] else ""),
         f"images/s     {_fmt(t['images_per_s'], '.1f')} total, {_fmt(t['images_per_s_per_device'], '.1f')} per device "
         f"({t['images_measured']} images over {t['steps_measured']} steps, first {t['warmup_steps']} excluded)",
@@ -457,6 +466,10 @@ def load_throughput_report(path: str) -> dict:
         report = json.load(f)
     if report.get("schema_version") != SCHEMA_VERSION:
         raise ValueError(f"{path}: throughput report schema {report.get('schema_version')} != {SCHEMA_VERSION}")
+    setup = report.get("setup", {})
+    if "tokens_per_image" in setup:  # written before sequence parallelism: one rank per image
+        setup.setdefault("sequence_parallel_size", 1)
+        setup.setdefault("tokens_per_rank", setup["tokens_per_image"])
     missing = [f"{section}.{key}" for section, keys in REPORT_SCHEMA.items() for key in keys
                if key not in report.get(section, {})]
     if missing:

@@ -15,6 +15,7 @@ from .deepspeed_config import zero_stage
 from .faults import SigkillFault, failing_writes, faults_from_env, poison_forward
 from .hetero import UnevenBatchSampler, loss_weight
 from .model_card import write_model_card
+from .sequence_parallel import shard_dataloader_by_data_parallel_rank
 
 NONFINITE_POLICIES = ("stop", "skip")
 TRACE_DIRNAME = "sample_trace"
@@ -46,6 +47,7 @@ def _distributed() -> bool:
 class VitTrainer(Trainer):
     """The Trainer, plus:
     - `card_info`: `push_to_hub` writes our model card instead of the generic one before uploading;
+    - `sequence_parallel`: training batches sharded by data-parallel rank (`hf_vit_scaling.sequence_parallel`);
     - `rank_batches`: per-rank micro-batch sizes (heterogeneous clusters). Each rank then reads its own slice of
       every global batch and weights its loss by b_r x W / B (see `hf_vit_scaling.hetero`);
     - `nonfinite_policy`: a NaN/inf training loss on any rank stops training with a clear error ("stop") or skips
@@ -58,6 +60,7 @@ class VitTrainer(Trainer):
 
     card_info: dict | None = None
     rank_batches: list[int] | None = None
+    sequence_parallel = None  # a ViTSequenceParallel: the ranks of one SP group read the same batches
 
     def __init__(self, *args, nonfinite_policy: str = "stop", trace_samples: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
@@ -81,6 +84,9 @@ class VitTrainer(Trainer):
         write_model_card(self.args.output_dir, self.card_info)
 
     def get_train_dataloader(self):
+        if self.sequence_parallel is not None:
+            sp = self.sequence_parallel
+            return shard_dataloader_by_data_parallel_rank(super().get_train_dataloader(), sp.dp_size, sp.dp_rank)
         if not self.rank_batches:
             return super().get_train_dataloader()
         sampler = UnevenBatchSampler(

@@ -15,6 +15,17 @@ On GPUs, the study's setup (ViT-B/16 from scratch at 224 px on CIFAR-100, 8 GPUs
         --output_dir outputs/vit-b16-cifar100
 
 Fine-tuning a Hub checkpoint: `--model_name_or_path google/vit-base-patch16-224-in21k` instead of `--model_preset`.
+
+High-resolution images with sequence parallelism (each image's 4,097 tokens split over 4 GPUs; 8 GPUs = 2 data-parallel
+groups of 4; the 224 px checkpoint's position embeddings are interpolated to 1024 px):
+
+    torchrun --nproc_per_node 8 recipes/train_vit.py --ds_config ds_configs/zero2.json --sequence_parallel_size 4 \
+        --model_name_or_path google/vit-base-patch16-224-in21k --image_size 1024 --per_device_train_batch_size 1 \
+        --bf16 --dataset_name YOUR_DATASET --output_dir outputs/vit-b16-1024-sp4
+
+On the CPU: `torchrun --nproc_per_node 2 recipes/train_vit.py --sequence_parallel_size 2 --ds_config
+ds_configs/zero2.json --model_preset vit-tiny-cpu --image_size 16 --max_steps 30 --output_dir outputs/sp2`.
+
 Every launcher works: `python`, `accelerate launch`, `torchrun --nproc_per_node N`, `deepspeed --num_gpus N`.
 Run with `--help` for every flag (ours and TrainingArguments').
 """
@@ -55,6 +66,7 @@ from hf_vit_scaling import (
     prepare_world_size_change,
     preset_config,
     resolve_resume_checkpoint,
+    setup_sequence_parallel,
     split_batch,
     with_sample_index,
     write_json_atomically,
@@ -72,10 +84,13 @@ def is_main_process() -> bool:
 def build_model_and_processor(model_args, label_names):
     """From scratch (preset) or from a checkpoint (new head). Returns (model, image_processor, description)."""
     if model_args.model_name_or_path:
+        # --image_size with a checkpoint: high-resolution fine-tuning, position embeddings interpolated once.
         model = load_model_for_finetuning(model_args.model_name_or_path, label_names, model_args.model_revision,
-                                          model_args.cache_dir, model_args.attn_implementation)
+                                          model_args.cache_dir, model_args.attn_implementation, model_args.image_size)
         processor = AutoImageProcessor.from_pretrained(model_args.model_name_or_path,
                                                        revision=model_args.model_revision, cache_dir=model_args.cache_dir)
+        if model_args.image_size:
+            processor.size = {"height": model_args.image_size, "width": model_args.image_size}
         return model, processor, f"fine-tuned from {model_args.model_name_or_path}"
     preset = model_args.model_preset or DEFAULT_PRESET
     config = preset_config(preset, label_names, model_args.image_size, model_args.patch_size,
@@ -186,11 +201,14 @@ def main(argv=None) -> int:
     if training_args.device.type == "cpu":
         training_args.dataloader_pin_memory = False  # pinning needs an accelerator
     ds_config_path = training_args.deepspeed if isinstance(training_args.deepspeed, str) else None
-    lr_info = apply_lr_scaling(training_args, scaling_args.lr_scaling, scaling_args.reference_batch_size)
+    lr_info = apply_lr_scaling(training_args, scaling_args.lr_scaling, scaling_args.reference_batch_size,
+                               scaling_args.sequence_parallel_size)
     # parse_args checked and loaded the file; TrainingArguments holds it (with the Trainer's "auto" values filled).
     ds_config = training_args.hf_deepspeed_config.config if training_args.deepspeed else None
     if ds_config is not None:
         init_deepspeed_comm()  # ZeRO-3 builds the model partitioned: DeepSpeed must know the world first
+    # --sequence_parallel_size N: DeepSpeed's SP groups and mpu, before the model is built (checked in parse_args).
+    sequence_parallel = setup_sequence_parallel(scaling_args.sequence_parallel_size, ds_config, training_args)
 
     try:
         resume_from = resume_checkpoint(training_args, ds_config)
@@ -203,6 +221,8 @@ def main(argv=None) -> int:
     try:
         data = load_image_classification_data(data_args, seed=training_args.seed, cache_dir=model_args.cache_dir)
         model, processor, model_desc = build_model_and_processor(model_args, data.label_names)
+        if sequence_parallel is not None:
+            sequence_parallel.attach(model)  # a checkpoint's head count is only known here
     except UserInputError as err:
         if training_args.process_index == 0:
             print(f"error: {err}", file=sys.stderr)
@@ -236,9 +256,10 @@ def main(argv=None) -> int:
         trace_samples=reliability_args.trace_samples,
     )
     trainer.rank_batches = rank_batches
+    trainer.sequence_parallel = sequence_parallel
     add_throughput_callback(trainer, warmup_steps=scaling_args.throughput_warmup_steps,
                             peak_tflops=scaling_args.peak_tflops, ds_config=ds_config, slow_ranks=slow_ranks,
-                            rank_batches=rank_batches)
+                            rank_batches=rank_batches, sequence_parallel_size=scaling_args.sequence_parallel_size)
 
     try:
         train_result = trainer.train(resume_from_checkpoint=resume_from)

@@ -35,7 +35,7 @@ def test_lone_yaml_file_is_parsed(tmp_path):
     "argv, flag",
     [
         (["--model_preset", "vit-b-16", "--model_name_or_path", "google/vit-base-patch16-224"], "--model_preset"),
-        (["--model_name_or_path", "x", "--image_size", "64"], "--image_size"),
+        (["--model_name_or_path", "x", "--patch_size", "8"], "--patch_size"),
         (["--dataset_name", "a", "--train_dir", "b"], "--dataset_name"),
         (["--validation_dir", "b"], "--validation_dir"),
         (["--train_dir", "/does/not/exist"], "--train_dir"),
