@@ -28,7 +28,7 @@ from .data import (
     load_image_classification_data,
     with_sample_index,
 )
-from .deepspeed_config import init_deepspeed_comm, load_ds_config, offload_targets, zero_stage
+from .deepspeed_config import init_deepspeed_comm, load_ds_config, offload_targets, shutdown_distributed, zero_stage
 from .errors import UserInputError
 from .fast_input import DevicePreprocessor, attach_uint8_transforms, choose_input_path, collate_uint8_batch
 from .flops import (
@@ -107,6 +107,7 @@ __all__ = [
     "format_report",
     "image_processor_for",
     "init_deepspeed_comm",
+    "shutdown_distributed",
     "load_ds_config",
     "load_image_classification_data",
     "load_model_for_finetuning",

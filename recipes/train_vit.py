@@ -67,6 +67,7 @@ from hf_vit_scaling import (
     preset_config,
     resolve_resume_checkpoint,
     setup_sequence_parallel,
+    shutdown_distributed,
     split_batch,
     with_sample_index,
     write_json_atomically,
@@ -156,7 +157,7 @@ def report_skips(trainer, training_args) -> dict:
 
 
 def card_info(model_args, data, training_args, model, model_desc, metrics, world_size, ds_config_path,
-              lr_info) -> dict:
+              lr_info, sp_size: int = 1) -> dict:
     gas = training_args.gradient_accumulation_steps
     return {
         "model_name": os.path.basename(os.path.normpath(training_args.output_dir)),
@@ -175,7 +176,9 @@ def card_info(model_args, data, training_args, model, model_desc, metrics, world
             "world size": world_size,
             "per-device batch": training_args.per_device_train_batch_size,
             "gradient accumulation": gas,
-            "global batch": training_args.per_device_train_batch_size * gas * world_size,
+            "sequence parallel size": sp_size,
+            # N ranks of one sequence-parallel group share each image: per-device batch x accumulation x world / N.
+            "global batch": training_args.per_device_train_batch_size * gas * world_size // sp_size,
             "learning rate": training_args.learning_rate,
             "lr scaling": "none" if lr_info["rule"] == "none" else
             f"{lr_info['rule']} from {lr_info['base_lr']:g} at batch {lr_info['reference_batch']}",
@@ -282,21 +285,10 @@ def main(argv=None) -> int:
     reliability = report_skips(trainer, training_args)
 
     world_size = training_args.world_size
-    trainer.card_info = card_info(
-        model_args,
-        data,
-        training_args,
-        model,
-        model_desc,
-        {
-            k: v
-            for k, v in eval_metrics.items()
-            if k.startswith("eval_") and "runtime" not in k and "per_second" not in k
-        },
-        world_size,
-        ds_config_path,
-        lr_info,
-    )
+    trainer.card_info = card_info(model_args, data, training_args, model, model_desc,
+                                  {k: v for k, v in eval_metrics.items() if k.startswith("eval_") and "runtime" not in k
+                                   and "per_second" not in k},
+                                  world_size, ds_config_path, lr_info, scaling_args.sequence_parallel_size)
     if trainer.is_world_process_zero():
         write_model_card(training_args.output_dir, trainer.card_info)
     if training_args.push_to_hub:
@@ -304,10 +296,11 @@ def main(argv=None) -> int:
     if trainer.is_world_process_zero():
         stage = zero_stage(ds_config)
         skips = "".join(f", {n} {what}" for what, n in reliability.items() if n)
-        print(
-            f"Done: {training_args.output_dir} (accuracy {eval_metrics.get('eval_accuracy', float('nan')):.4f}, "
-            f"{'ZeRO-' + str(stage) if stage is not None else 'no DeepSpeed'}, {world_size} process(es){skips})"
-        )
+        print(f"Done: {training_args.output_dir} (accuracy {eval_metrics.get('eval_accuracy', float('nan')):.4f}, "
+              f"{'ZeRO-' + str(stage) if stage is not None else 'no DeepSpeed'}, {world_size} process(es){skips})",
+              flush=True)
+    # Last: gloo's worker threads must be done with every collective before the interpreter tears down (issue 6).
+    shutdown_distributed()
     return 0
 
 

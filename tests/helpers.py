@@ -52,24 +52,10 @@ def launcher_cmd(launcher: str, nproc: int) -> list[str]:
     raise ValueError(launcher)
 
 
-# Known, unfixed (issue 6): about 1 in 20-30 multi-process DeepSpeed runs on CPU aborts in interpreter teardown
-# *after* the recipe finished and wrote everything ("Done:" printed), with this message from std::terminate.
-EXIT_ABORT = "terminate called without an active exception"
-
-
-def _aborted_after_finishing(proc: subprocess.CompletedProcess) -> bool:
-    return proc.returncode != 0 and EXIT_ABORT in proc.stderr and "Done:" in proc.stdout
-
-
 def run(cmd: list, timeout: int = 600, cwd=None, **env) -> subprocess.CompletedProcess:
-    """Run a command; a run that only hit the known exit abort after finishing is run once more, so the suite
-    checks a complete run instead of failing on that flake."""
-    for _ in range(2):
-        proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout,
-                              env=test_env(**env), cwd=cwd or REPO)
-        if not _aborted_after_finishing(proc):
-            return proc
-    return proc
+    """Run a command (no retries: an abort at exit, fixed by `shutdown_distributed`, must fail the test again)."""
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout,
+                          env=test_env(**env), cwd=cwd or REPO)
 
 
 def run_recipe(output_dir, *args, launcher: str = "python", nproc: int = 1, script=RECIPE, check=True, **env):
