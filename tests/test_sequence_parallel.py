@@ -267,7 +267,7 @@ def test_high_resolution_recipe_file_parses_and_fits_its_model(tmp_path):
 
     values = yaml.safe_load((REPO / "recipes" / "vit_b16_1024_sp.yaml").read_text(encoding="utf-8"))
     values.update(bf16=False, use_cpu=True, output_dir=str(tmp_path))  # bf16 needs an accelerator
-    model_args, _, scaling_args, _ = HfArgumentParser(ALL_ARGUMENT_CLASSES).parse_dict(values)
+    model_args, _, scaling_args, *_ = HfArgumentParser(ALL_ARGUMENT_CLASSES).parse_dict(values)
     assert (model_args.image_size // 16) ** 2 + 1 == 4097
     heads = MODEL_PRESETS["vit-b-16"]["num_attention_heads"]
     check_sequence_parallel(scaling_args.sequence_parallel_size, 8, ZERO[2], heads)
