@@ -153,7 +153,9 @@ def test_every_ds_config_trains_saves_and_reloads(tmp_path, ds_config):
 # --------------------------------------------------------------------------- 2. ZeRO-3 + bf16 -> pipeline
 
 
-@pytest.mark.parametrize("launcher,nproc", [("torchrun", 2), ("python", 1)], ids=["torchrun-2", "python-1"])
+# One launch: 2 processes (the single-process DeepSpeed path is covered by test_no_launcher_with_zero2; keeping the
+# suite under its CI budget).
+@pytest.mark.parametrize("launcher,nproc", [("torchrun", 2)], ids=["torchrun-2"])
 def test_zero3_bf16_saves_bf16_weights_that_a_pipeline_loads(tmp_path, launcher, nproc):
     # torchrun-2 builds the model under deepspeed.zero.Init with 2 ranks: it fails ("train_batch_size is not equal
     # to micro_batch_per_gpu * gradient_acc_step * world_size 32 != 16 * 1 * 1") unless deepspeed.comm is
