@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import yaml
 from transformers import HfArgumentParser, TrainingArguments
 
+from .checkpoints import LATEST
 from .deepspeed_config import load_ds_config, zero_stage
 from .errors import UserInputError
 from .models import DEFAULT_PRESET, MODEL_PRESETS
@@ -292,7 +293,7 @@ def check_restart_setup(training_args, env) -> None:
     setups where that restart cannot continue the run."""
     if int(env.get("TORCHELASTIC_MAX_RESTARTS", "0")) <= 0:
         return
-    if training_args.resume_from_checkpoint != "latest":
+    if training_args.resume_from_checkpoint != LATEST:
         raise UserInputError(
             "torchrun --max-restarts reruns this same command after a failure, so it must resume by itself. Fix: add "
             "--resume_from_checkpoint latest (and --save_strategy steps --save_steps N) to the recipe's flags."

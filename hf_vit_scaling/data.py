@@ -190,7 +190,6 @@ def load_image_classification_data(data_args, seed: int = 42, cache_dir: str | N
 
 # ---------------------------------------------------------------- decoding that survives a bad file
 
-BAD_IMAGE_POLICIES = ("skip", "fail")
 _DECODE_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError)
 
 
@@ -244,15 +243,20 @@ def find_bad_images(split: Dataset, image_column: str, first_only: bool = False)
     return bad
 
 
+def bad_image_error(name: str, reason: str, split: str | None = None) -> UserInputError:
+    where = f"{split} image" if split else "image"
+    return UserInputError(
+        f"--on_bad_image fail: {where} {name} cannot be decoded ({reason}). "
+        "Fix: remove or replace that file, or pass --on_bad_image skip to train without it."
+    )
+
+
 def refuse_bad_images(splits: DatasetDict, image_column: str) -> None:
     """--on_bad_image fail: decode everything now, before the model is built; name the first bad image."""
     for name, split in splits.items():
         bad = find_bad_images(split, image_column, first_only=True)
         if bad:
-            raise UserInputError(
-                f"--on_bad_image fail: {name} image {bad[0]['sample']} cannot be decoded ({bad[0]['reason']}). "
-                "Fix: remove or replace that file, or pass --on_bad_image skip to train without it."
-            )
+            raise bad_image_error(bad[0]["sample"], bad[0]["reason"], split=name)
 
 
 class SampleIndexDataset(torch.utils.data.Dataset):
@@ -283,10 +287,7 @@ def decoded_or_marked(values, policy: str) -> tuple[list, list]:
     for value in values:
         image, reason = try_decode_image(value)
         if reason and policy == "fail":
-            raise UserInputError(
-                f"--on_bad_image fail: image {image_name(value)} cannot be decoded ({reason}). "
-                "Fix: remove or replace it, or pass --on_bad_image skip."
-            )
+            raise bad_image_error(image_name(value), reason)
         images.append(image)
         notes.append({"sample": image_name(value), "reason": reason} if reason else None)
     return images, notes

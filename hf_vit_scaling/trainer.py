@@ -17,7 +17,6 @@ from .hetero import UnevenBatchSampler, loss_weight
 from .model_card import write_model_card
 from .sequence_parallel import shard_dataloader_by_data_parallel_rank
 
-NONFINITE_POLICIES = ("stop", "skip")
 TRACE_DIRNAME = "sample_trace"
 
 
