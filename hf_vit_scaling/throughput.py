@@ -90,7 +90,8 @@ def _world() -> tuple[int, int]:
     return 0, 1
 
 
-def _gather(obj):
+def gather_object(obj) -> list:
+    """Every rank's `obj`, in rank order (a collective: call on all ranks); [obj] without a process group."""
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         out = [None] * dist.get_world_size()
         dist.all_gather_object(out, obj)
@@ -314,7 +315,7 @@ class ThroughputCallback(TrainerCallback):
 
     def build_report(self, args) -> dict:
         local = self._local_figures()
-        per_rank = _gather(local)
+        per_rank = gather_object(local)
         world = len(per_rank)
         config = self.model.config
         measured_time = max(r["measured_time"] for r in per_rank)

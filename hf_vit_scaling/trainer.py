@@ -16,6 +16,7 @@ from .faults import SigkillFault, failing_writes, faults_from_env, poison_forwar
 from .hetero import UnevenBatchSampler, loss_weight
 from .model_card import write_model_card
 from .sequence_parallel import shard_dataloader_by_data_parallel_rank
+from .throughput import gather_object
 
 TRACE_DIRNAME = "sample_trace"
 
@@ -231,11 +232,7 @@ class VitTrainer(Trainer):
 
     def gather_bad_samples(self) -> list[dict]:
         """Every rank's skipped images (a collective: call on all ranks)."""
-        if not _distributed():
-            return list(self.bad_samples)
-        gathered = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, self.bad_samples)
-        return [b for part in gathered for b in part]
+        return [b for part in gather_object(self.bad_samples) for b in part]
 
     def close_trace(self) -> None:
         if self._trace_file is not None:
