@@ -6,7 +6,6 @@
 
 import json
 import os
-import socket
 import sys
 from dataclasses import dataclass, field
 
@@ -14,8 +13,11 @@ import yaml
 from transformers import HfArgumentParser, TrainingArguments
 
 from .checkpoints import LATEST
-from .deepspeed_config import load_ds_config, zero_stage
+from .deepspeed_config import check_ds_config_against_flags, load_ds_config, zero_stage
+from .distributed import ensure_single_process_env
 from .errors import UserInputError
+from .hetero import parse_shares, parse_slow_ranks
+from .learning_rate import LR_SCALING_RULES
 from .models import DEFAULT_PRESET, MODEL_PRESETS
 from .sequence_parallel import check_sequence_parallel
 
@@ -52,6 +54,27 @@ class ModelArguments:
     )
     model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of --model_name_or_path."})
     cache_dir: str | None = field(default=None, metadata={"help": "Where Hub downloads are cached."})
+
+    def __post_init__(self):
+        if self.model_name_or_path and self.model_preset:
+            raise UserInputError(
+                "--model_preset and --model_name_or_path are exclusive: a preset trains from scratch, a checkpoint is "
+                "fine-tuned. Fix: drop one of them."
+            )
+        if self.model_name_or_path and self.patch_size:
+            raise UserInputError(
+                "--patch_size only applies to --model_preset; a checkpoint keeps its own. Fix: drop it (--image_size "
+                "works with a checkpoint: its position embeddings are interpolated)."
+            )
+        for flag in ("image_size", "patch_size"):
+            value = getattr(self, flag)
+            if value is not None and value <= 0:
+                raise UserInputError(f"--{flag} must be positive, got {value}.")
+
+    @property
+    def preset(self) -> str | None:
+        """The preset that trains from scratch (the default one when no checkpoint is given), else None."""
+        return None if self.model_name_or_path else (self.model_preset or DEFAULT_PRESET)
 
 
 @dataclass
@@ -113,42 +136,34 @@ class DataArguments:
         },
     )
 
+    def __post_init__(self):
+        if self.dataset_name and self.train_dir:
+            raise UserInputError("--dataset_name and --train_dir are exclusive. Fix: pass one data source.")
+        if self.validation_dir and not self.train_dir:
+            raise UserInputError("--validation_dir needs --train_dir. Fix: add --train_dir or drop --validation_dir.")
+        for flag in ("train_dir", "validation_dir"):
+            path = getattr(self, flag)
+            if path and not os.path.isdir(path):
+                raise UserInputError(f"--{flag} {path!r} is not a folder. Fix: point it at a folder of class sub-folders.")
+        if not 0.0 < self.train_val_split < 1.0:
+            raise UserInputError(f"--train_val_split must be between 0 and 1, got {self.train_val_split}.")
+        if not 0.0 < self.crop_scale_min <= 1.0:
+            raise UserInputError(f"--crop_scale_min must be in (0, 1], got {self.crop_scale_min}.")
+        for flag in ("max_train_samples", "max_eval_samples"):
+            value = getattr(self, flag)
+            if value is not None and value <= 0:
+                raise UserInputError(f"--{flag} must be a positive number of images, got {value}.")
+
 
 @dataclass
-class ScalingArguments:
-    """DeepSpeed selection and the throughput report."""
+class EngineArguments:
+    """Which engine trains: DeepSpeed (a ds_config) or the plain Trainer; and sequence parallelism on DeepSpeed."""
 
     ds_config: str | None = field(
         default=None,
         metadata={
             "help": "DeepSpeed JSON config (see ds_configs/). Feeds TrainingArguments.deepspeed; without it (and without "
             "--deepspeed) the plain Trainer runs (DDP when several processes are launched)."
-        },
-    )
-    throughput_warmup_steps: int = field(
-        default=5, metadata={"help": "Optimizer steps excluded from the throughput report as warm-up."}
-    )
-    peak_tflops: float | None = field(
-        default=None,
-        metadata={"help": "Per-device peak TFLOP/s for MFU. Default: a table for known GPUs, a matmul probe on CPU."},
-    )
-    lr_scaling: str = field(
-        default="none",
-        metadata={
-            "help": "Scale --learning_rate with the global batch: linear (lr x B/B_ref) or sqrt (lr x sqrt(B/B_ref)), "
-            "relative to --reference_batch_size; adds a 5%% warmup when none is set. none: use it as given.",
-            "choices": ["none", "linear", "sqrt"],
-        },
-    )
-    reference_batch_size: int = field(
-        default=256, metadata={"help": "Global batch at which --learning_rate was tuned (for --lr_scaling)."}
-    )
-    balance_batches: str = field(
-        default="off",
-        metadata={
-            "help": "Heterogeneous GPUs: 'calibrate' times each rank at start and gives it a micro-batch proportional "
-            "to its speed (same global batch, same gradient: losses are weighted); or explicit shares per rank, "
-            "e.g. '1,2'; 'off' (default): equal micro-batches. Plain DDP and ZeRO 0-2."
         },
     )
     sequence_parallel_size: int = field(
@@ -159,6 +174,45 @@ class ScalingArguments:
             "(ZeRO 0-3) and a head count divisible by N. For high resolutions, e.g. ViT-B/16 at 1024 px = 4,097 tokens."
         },
     )
+
+    def __post_init__(self):
+        if self.sequence_parallel_size < 1:
+            raise UserInputError(f"--sequence_parallel_size must be >= 1, got {self.sequence_parallel_size}.")
+
+
+@dataclass
+class LearningRateArguments:
+    """Scaling the learning rate with the global batch."""
+
+    lr_scaling: str = field(
+        default="none",
+        metadata={
+            "help": "Scale --learning_rate with the global batch: linear (lr x B/B_ref) or sqrt (lr x sqrt(B/B_ref)), "
+            "relative to --reference_batch_size; adds a 5%% warmup when none is set. none: use it as given.",
+            "choices": list(LR_SCALING_RULES),
+        },
+    )
+    reference_batch_size: int = field(
+        default=256, metadata={"help": "Global batch at which --learning_rate was tuned (for --lr_scaling)."}
+    )
+
+    def __post_init__(self):
+        if self.reference_batch_size <= 0:
+            raise UserInputError(f"--reference_batch_size must be positive, got {self.reference_batch_size}.")
+
+
+@dataclass
+class ClusterArguments:
+    """Heterogeneous clusters: balancing per-rank batches, and simulating slow ranks for studies."""
+
+    balance_batches: str = field(
+        default="off",
+        metadata={
+            "help": "Heterogeneous GPUs: 'calibrate' times each rank at start and gives it a micro-batch proportional "
+            "to its speed (same global batch, same gradient: losses are weighted); or explicit shares per rank, "
+            "e.g. '1,2'; 'off' (default): equal micro-batches. Plain DDP and ZeRO 0-2."
+        },
+    )
     simulate_slow_ranks: str | None = field(
         default=None,
         metadata={
@@ -166,6 +220,28 @@ class ScalingArguments:
             "Each step's compute on that rank is stretched by sleeping. Labelled in every report."
         },
     )
+
+    def __post_init__(self):
+        self.slow_ranks = parse_slow_ranks(self.simulate_slow_ranks)
+
+
+@dataclass
+class ReportArguments:
+    """The throughput report."""
+
+    throughput_warmup_steps: int = field(
+        default=5, metadata={"help": "Optimizer steps excluded from the throughput report as warm-up."}
+    )
+    peak_tflops: float | None = field(
+        default=None,
+        metadata={"help": "Per-device peak TFLOP/s for MFU. Default: a table for known GPUs, a matmul probe on CPU."},
+    )
+
+    def __post_init__(self):
+        if self.throughput_warmup_steps < 0:
+            raise UserInputError("--throughput_warmup_steps must be >= 0.")
+        if self.peak_tflops is not None and self.peak_tflops <= 0:
+            raise UserInputError("--peak_tflops must be positive (TFLOP/s per device).")
 
 
 @dataclass
@@ -191,28 +267,30 @@ class ReliabilityArguments:
     )
 
 
-ALL_ARGUMENT_CLASSES = (ModelArguments, DataArguments, ScalingArguments, ReliabilityArguments, TrainingArguments)
-LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+@dataclass
+class RecipeArguments:
+    """Every argument group of a recipe run, by concern."""
+
+    model: ModelArguments
+    data: DataArguments
+    engine: EngineArguments
+    lr: LearningRateArguments
+    cluster: ClusterArguments
+    report: ReportArguments
+    reliability: ReliabilityArguments
+    training: TrainingArguments
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def ensure_single_process_env() -> bool:
-    """Make `python recipe.py --ds_config …` work without a launcher.
-
-    With no launcher, DeepSpeed falls back to MPI discovery and fails (`No module named 'mpi4py'`). We declare a
-    one-process world the way torchrun would. Returns True when the variables were set.
-    """
-    if any(name in os.environ for name in LAUNCHER_ENV):
-        return False
-    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
-    return True
+ALL_ARGUMENT_CLASSES = (
+    ModelArguments,
+    DataArguments,
+    EngineArguments,
+    LearningRateArguments,
+    ClusterArguments,
+    ReportArguments,
+    ReliabilityArguments,
+    TrainingArguments,
+)
 
 
 def _read_args_file(path: str) -> dict:
@@ -249,10 +327,8 @@ def has_accelerator() -> bool:
     return torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
 
 
-def parse_args(argv: list[str] | None = None):
-    """Parse (ModelArguments, DataArguments, ScalingArguments, ReliabilityArguments, TrainingArguments) from argv or
-    one .json/.yaml file."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _parse(argv: list[str]) -> tuple:
+    """The dataclasses from argv or from one .json/.yaml file; `--ds_config` resolved into `--deepspeed` first."""
     parser = HfArgumentParser(ALL_ARGUMENT_CLASSES)
     if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
         if not os.path.isfile(argv[0]):
@@ -261,22 +337,26 @@ def parse_args(argv: list[str] | None = None):
         _resolve_ds_config(values)
         # Without an accelerator, accelerate only sets up a multi-process (gloo) world when told it runs on CPU.
         values.setdefault("use_cpu", not has_accelerator())
-        model_args, data_args, scaling_args, reliability_args, training_args = parser.parse_dict(values)
-    else:
-        values = {"ds_config": _option_value(argv, "--ds_config"), "deepspeed": _option_value(argv, "--deepspeed")}
-        if "-h" not in argv and "--help" not in argv:
-            _resolve_ds_config(values)
-        if values.get("deepspeed") and "--deepspeed" not in argv:
-            argv += ["--deepspeed", values["deepspeed"]]
-        if "--use_cpu" not in argv and not has_accelerator():
-            # Without an accelerator, accelerate only sets up a multi-process (gloo) world when told it runs on CPU.
-            argv += ["--use_cpu", "true"]
-        model_args, data_args, scaling_args, reliability_args, training_args = parser.parse_args_into_dataclasses(argv)
-    keep_hub_token_out_of_arguments(training_args)
-    validate_args(model_args, data_args, scaling_args, training_args)
-    check_nonfinite_policy(reliability_args, training_args)
-    check_restart_setup(training_args, os.environ)
-    return model_args, data_args, scaling_args, reliability_args, training_args
+        return parser.parse_dict(values)
+    values = {"ds_config": _option_value(argv, "--ds_config"), "deepspeed": _option_value(argv, "--deepspeed")}
+    if "-h" not in argv and "--help" not in argv:
+        _resolve_ds_config(values)
+    if values.get("deepspeed") and "--deepspeed" not in argv:
+        argv += ["--deepspeed", values["deepspeed"]]
+    if "--use_cpu" not in argv and not has_accelerator():
+        argv += ["--use_cpu", "true"]  # as above: accelerate's CPU multi-process world
+    return parser.parse_args_into_dataclasses(argv)
+
+
+def parse_args(argv: list[str] | None = None) -> RecipeArguments:
+    """Parse every argument group from argv (or one .json/.yaml file) and check them together, before anything
+    loads. Field checks live in each dataclass's `__post_init__`; checks across groups are in `validate_args`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = RecipeArguments(*_parse(argv))
+    keep_hub_token_out_of_arguments(args.training)
+    validate_args(args)
+    check_restart_setup(args.training, os.environ)
+    return args
 
 
 def keep_hub_token_out_of_arguments(training_args) -> None:
@@ -316,93 +396,52 @@ def check_nonfinite_policy(reliability_args, training_args) -> None:
         )
 
 
-def parse_slow_ranks(spec: str | None) -> dict[int, float]:
-    """'1:2.0,3:1.5' -> {1: 2.0, 3: 1.5}."""
-    if not spec:
-        return {}
-    slow = {}
-    for item in spec.split(","):
-        try:
-            rank, factor = item.split(":")
-            slow[int(rank)] = float(factor)
-        except ValueError as err:
-            raise UserInputError(
-                f"--simulate_slow_ranks {spec!r}: expected RANK:FACTOR pairs such as '1:2.0,3:1.5'."
-            ) from err
-        if slow[int(rank)] < 1.0:
-            raise UserInputError(f"--simulate_slow_ranks {spec!r}: a factor must be >= 1.0 (1.0 = normal speed).")
-    return slow
-
-
-def check_ds_config_against_flags(training_args) -> None:
-    """A ds_config that hard-codes batch size, accumulation, clipping or lr differently from the flags: name every
-    key now (transformers would only raise once the Trainer is built, after data and model are loaded)."""
-    ds = getattr(training_args, "hf_deepspeed_config", None)
-    mismatches = [m.strip("- ").strip() for m in getattr(ds, "mismatches", [])]
-    if mismatches:
-        raise UserInputError(
-            "--ds_config values conflict with the command-line flags: " + "; ".join(mismatches)
-            + '. Fix: set these keys to "auto" in the config (the Trainer fills them) or change the flags.'
-        )
-
-
 def check_balance_batches(mode: str, training_args) -> None:
     """--balance_batches: shares must name every rank, and ZeRO-3 is refused (checked before any loading)."""
     if mode == "off" or training_args.world_size == 1:
         return
     ds = getattr(training_args, "hf_deepspeed_config", None)
     if ds is not None and zero_stage(ds.config) == 3:
-        raise UserInputError("--balance_batches works with plain DDP and ZeRO 0-2; ZeRO-3 partitions the parameters, "
-                             "so the calibration cannot run the model alone on each rank. Fix: use ZeRO-2.")
+        raise UserInputError(
+            "--balance_batches works with plain DDP and ZeRO 0-2; ZeRO-3 partitions the parameters, "
+            "so the calibration cannot run the model alone on each rank. Fix: use ZeRO-2."
+        )
     if mode != "calibrate":
-        from .hetero import parse_shares
-
         parse_shares(mode, training_args.world_size)
 
 
-def validate_args(model_args, data_args, scaling_args, training_args) -> None:
-    """Reject bad combinations before any data or model is loaded."""
-    if model_args.model_name_or_path and model_args.model_preset:
+POSITIVE_TRAINING_FLAGS = (
+    "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps", "learning_rate",
+)  # fmt: skip
+
+
+def check_training_numbers(training_args) -> None:
+    """TrainingArguments accepts these values and fails much later, after data and model loaded: refuse now."""
+    for flag in POSITIVE_TRAINING_FLAGS:
+        value = getattr(training_args, flag)
+        if value <= 0:
+            raise UserInputError(f"--{flag} must be positive, got {value}. Fix: pass a value above 0.")
+    if training_args.max_steps == 0 or (training_args.max_steps < 0 and training_args.num_train_epochs <= 0):
         raise UserInputError(
-            "--model_preset and --model_name_or_path are exclusive: a preset trains from scratch, a checkpoint is "
-            "fine-tuned. Fix: drop one of them."
+            f"nothing to train: --num_train_epochs {training_args.num_train_epochs}, --max_steps "
+            f"{training_args.max_steps}. Fix: pass --num_train_epochs above 0 or --max_steps above 0."
         )
-    if model_args.model_name_or_path and model_args.patch_size:
-        raise UserInputError(
-            "--patch_size only applies to --model_preset; a checkpoint keeps its own. Fix: drop it (--image_size "
-            "works with a checkpoint: its position embeddings are interpolated)."
-        )
-    if model_args.image_size is not None and model_args.image_size <= 0:
-        raise UserInputError(f"--image_size must be positive, got {model_args.image_size}.")
-    if model_args.patch_size is not None and model_args.patch_size <= 0:
-        raise UserInputError(f"--patch_size must be positive, got {model_args.patch_size}.")
-    if data_args.dataset_name and data_args.train_dir:
-        raise UserInputError("--dataset_name and --train_dir are exclusive. Fix: pass one data source.")
-    if data_args.validation_dir and not data_args.train_dir:
-        raise UserInputError("--validation_dir needs --train_dir. Fix: add --train_dir or drop --validation_dir.")
-    for flag in ("train_dir", "validation_dir"):
-        path = getattr(data_args, flag)
-        if path and not os.path.isdir(path):
-            raise UserInputError(f"--{flag} {path!r} is not a folder. Fix: point it at a folder of class sub-folders.")
-    if not 0.0 < data_args.train_val_split < 1.0:
-        raise UserInputError(f"--train_val_split must be between 0 and 1, got {data_args.train_val_split}.")
-    if not 0.0 < data_args.crop_scale_min <= 1.0:
-        raise UserInputError(f"--crop_scale_min must be in (0, 1], got {data_args.crop_scale_min}.")
-    for flag in ("max_train_samples", "max_eval_samples"):
-        value = getattr(data_args, flag)
-        if value is not None and value <= 0:
-            raise UserInputError(f"--{flag} must be a positive number of images, got {value}.")
-    if scaling_args.throughput_warmup_steps < 0:
-        raise UserInputError("--throughput_warmup_steps must be >= 0.")
-    if scaling_args.peak_tflops is not None and scaling_args.peak_tflops <= 0:
-        raise UserInputError("--peak_tflops must be positive (TFLOP/s per device).")
-    parse_slow_ranks(scaling_args.simulate_slow_ranks)
-    check_ds_config_against_flags(training_args)
-    check_balance_batches(scaling_args.balance_batches, training_args)
-    ds = getattr(training_args, "hf_deepspeed_config", None)
-    preset = None if model_args.model_name_or_path else MODEL_PRESETS[model_args.model_preset or DEFAULT_PRESET]
-    check_sequence_parallel(scaling_args.sequence_parallel_size, training_args.world_size,
-                            ds.config if ds is not None else None, preset and preset["num_attention_heads"],
-                            model_args.attn_implementation, scaling_args.balance_batches)
-    if scaling_args.reference_batch_size <= 0:
-        raise UserInputError(f"--reference_batch_size must be positive, got {scaling_args.reference_batch_size}.")
+
+
+def validate_args(args: RecipeArguments) -> None:
+    """Checks across argument groups (each group's own checks ran in its __post_init__)."""
+    training = args.training
+    check_training_numbers(training)
+    check_nonfinite_policy(args.reliability, training)
+    check_ds_config_against_flags(training)
+    check_balance_batches(args.cluster.balance_batches, training)
+    ds = getattr(training, "hf_deepspeed_config", None)
+    preset = args.model.preset
+    check_sequence_parallel(
+        args.engine.sequence_parallel_size,
+        training.world_size,
+        ds.config if ds is not None else None,
+        preset and MODEL_PRESETS[preset]["num_attention_heads"],
+        args.model.attn_implementation,
+        args.cluster.balance_batches,
+    )

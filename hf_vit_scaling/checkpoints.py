@@ -196,6 +196,8 @@ def prepare_world_size_change(folder: str, training_args, world_size: int, is_ma
     Returns a message for the user."""
     import torch.distributed as dist
 
+    from .distributed import is_initialized
+
     saved = saved_world_size(folder)
     error = None
     if is_main:
@@ -203,7 +205,7 @@ def prepare_world_size_change(folder: str, training_args, world_size: int, is_ma
             convert_to_universal(folder)
         except Exception as err:  # reported on every rank below, after the barrier
             error = str(err)
-    if dist.is_available() and dist.is_initialized():
+    if is_initialized():
         flag = [error]
         dist.broadcast_object_list(flag, src=0)
         error = flag[0]

@@ -1,5 +1,30 @@
-"""One error type for bad user input, so recipes can print one clear message and exit non-zero."""
+"""The two ways a run ends early on purpose, each with one message for the user.
+
+- `UserInputError`: bad input (a flag, a file, a config), found before expensive work where possible; the recipe
+  prints `error: <message>` once and exits 2. The message names the flag or file and says how to fix it.
+- `TrainingStopped`: training began but cannot go on safely (a non-finite loss, a failed checkpoint save); the
+  recipe prints `error: <message>` and exits 1. The message names the newest complete checkpoint.
+"""
 
 
 class UserInputError(ValueError):
     """Bad input from the user: the message names the flag or file and says how to fix it."""
+
+
+class TrainingStopped(Exception):
+    """Training ended on purpose with a message for the user (exit 1).
+
+    `every_rank_knows`: True when all ranks raise it with the same message (so only the main process prints it);
+    False when only the failing rank may know (each rank that raises prints it)."""
+
+    every_rank_knows = True
+
+
+class NonFiniteLossError(TrainingStopped):
+    """A NaN/inf training loss on some rank under `--on_nonfinite_loss stop`; the ranks agreed on it together."""
+
+
+class CheckpointSaveError(TrainingStopped):
+    """Writing a checkpoint failed part-way; the rank whose write failed may be the only one that knows."""
+
+    every_rank_knows = False

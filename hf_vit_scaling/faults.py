@@ -58,21 +58,38 @@ def faults_from_env() -> list[Fault]:
     return parse_faults(os.environ.get(FAULTS_ENV))
 
 
-class SigkillFault(TrainerCallback):
-    """Kill this process with SIGKILL when the chosen step begins."""
+class FaultInjector(TrainerCallback):
+    """The one entry point for injected faults; every method does nothing unless `HF_VIT_SCALING_FAULTS` asks.
 
-    def __init__(self, faults: list[Fault], rank: int):
-        self.faults, self.rank = faults, rank
+    - `on_step_begin` (a Trainer callback): `sigkill@N` kills this process when step N begins;
+    - `before_training_step(model, step)`: `nan@N` arms a one-shot NaN in the embeddings' output;
+    - `during_save(step)`: `save_fail@N` makes writes fail part-way while checkpoint-N is written.
+    """
+
+    def __init__(self, rank: int, faults: list[Fault] | None = None):
+        self.rank = rank
+        self.faults = faults_from_env() if faults is None else faults
+
+    def __bool__(self) -> bool:
+        return bool(self.faults)
+
+    def _hits(self, kind: str, step: int) -> bool:
+        return any(f.hits(kind, step, self.rank) for f in self.faults)
 
     def on_step_begin(self, args, state, control, **kwargs):
-        if any(f.hits("sigkill", state.global_step + 1, self.rank) for f in self.faults):
+        if self._hits("sigkill", state.global_step + 1):
             os.kill(os.getpid(), signal.SIGKILL)
 
+    def before_training_step(self, model, step: int) -> None:
+        if self._hits("nan", step):
+            poison_forward(model)
 
-def poison_forward(model, faults: list[Fault], step: int, rank: int) -> None:
+    def during_save(self, step: int):
+        return failing_writes() if self._hits("save_fail", step) else contextlib.nullcontext()
+
+
+def poison_forward(model) -> None:
     """Arm a one-shot hook that puts a NaN into the embeddings' output of the next forward pass."""
-    if not any(f.hits("nan", step, rank) for f in faults):
-        return
     embeddings = next(m for name, m in model.named_modules() if name.endswith("embeddings"))
 
     def put_nan(module, args, output):
@@ -85,11 +102,8 @@ def poison_forward(model, faults: list[Fault], step: int, rank: int) -> None:
 
 
 @contextlib.contextmanager
-def failing_writes(faults: list[Fault], step: int, rank: int):
-    """Within the block, writes past SAVE_FAIL_LIMIT_BYTES fail with EFBIG (only when a save_fail fault hits)."""
-    if not any(f.hits("save_fail", step, rank) for f in faults):
-        yield
-        return
+def failing_writes():
+    """Within the block, writes past SAVE_FAIL_LIMIT_BYTES fail with EFBIG, as on a full disk."""
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     previous_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # else the kernel kills us instead of EFBIG
     resource.setrlimit(resource.RLIMIT_FSIZE, (SAVE_FAIL_LIMIT_BYTES, hard))

@@ -29,7 +29,7 @@ import time
 import torch
 
 
-def _pair(value: int | tuple[int, int] | list[int]) -> tuple[int, int]:
+def as_pair(value: int | tuple[int, int] | list[int]) -> tuple[int, int]:
     """Return ``(height, width)`` for an int or a 2-sequence (HF ViT accepts both for image/patch size)."""
     if isinstance(value, (tuple, list)):
         if len(value) != 2:
@@ -61,8 +61,8 @@ def vit_forward_macs_per_image(config, image_size: int | tuple[int, int] | None 
     * ViT-H/14: P = 256, N = 257, D = 1280 → 5.222 G per layer × 32 = 167.10 G, + patch 256·588·1280 = 0.193 G
       → 167.29 G (timm: 167.4 G)
     """
-    img_h, img_w = _pair(config.image_size if image_size is None else image_size)
-    patch_h, patch_w = _pair(config.patch_size)
+    img_h, img_w = as_pair(config.image_size if image_size is None else image_size)
+    patch_h, patch_w = as_pair(config.patch_size)
     channels = int(config.num_channels)
     hidden = int(config.hidden_size)
     layers = int(config.num_hidden_layers)
@@ -248,3 +248,17 @@ def mfu(achieved_tflops: float, peak_tflops: float | None) -> float | None:
     if peak_tflops is None or peak_tflops <= 0:
         return None
     return achieved_tflops / peak_tflops
+
+
+def device_peak_tflops(device: torch.device, precision: str, user_peak: float | None = None) -> tuple[float | None, str]:
+    """(dense peak TFLOP/s per device, where it came from): the user's value, the GPU table, a CPU matmul probe, or
+    (None, "none") for an unknown accelerator."""
+    if user_peak:
+        return user_peak, "user"
+    if device.type == "cuda":
+        peak = lookup_peak_tflops(torch.cuda.get_device_name(device), precision)
+        return (peak, "table") if peak else (None, "none")
+    if device.type == "cpu":
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+        return measure_matmul_peak_tflops("cpu", dtype=dtype), "matmul-probe"
+    return None, "none"

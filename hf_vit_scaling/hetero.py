@@ -16,9 +16,10 @@ of the epoch is seen exactly once, by exactly one rank. The last, short global b
 import time
 
 import torch
-import torch.distributed as dist
 
+from .distributed import gather_object
 from .errors import UserInputError
+from .log import logger
 
 
 class SlowRankSimulator:
@@ -119,11 +120,25 @@ def calibrate_speeds(model: torch.nn.Module, sample_batch: dict, steps: int = 3)
         model(**batch).loss.backward()
     speed = steps * batch["labels"].shape[0] / (time.perf_counter() - start)
     model.zero_grad(set_to_none=True)
-    if dist.is_available() and dist.is_initialized():
-        speeds = [None] * dist.get_world_size()
-        dist.all_gather_object(speeds, speed)
-        return [float(s) for s in speeds]
-    return [speed]
+    return [float(s) for s in gather_object(speed)]
+
+
+def parse_slow_ranks(spec: str | None) -> dict[int, float]:
+    """'1:2.0,3:1.5' -> {1: 2.0, 3: 1.5} (--simulate_slow_ranks)."""
+    if not spec:
+        return {}
+    slow = {}
+    for item in spec.split(","):
+        try:
+            rank, factor = item.split(":")
+            slow[int(rank)] = float(factor)
+        except ValueError as err:
+            raise UserInputError(
+                f"--simulate_slow_ranks {spec!r}: expected RANK:FACTOR pairs such as '1:2.0,3:1.5'."
+            ) from err
+        if slow[int(rank)] < 1.0:
+            raise UserInputError(f"--simulate_slow_ranks {spec!r}: a factor must be >= 1.0 (1.0 = normal speed).")
+    return slow
 
 
 def parse_shares(spec: str, world_size: int) -> list[float]:
@@ -137,3 +152,22 @@ def parse_shares(spec: str, world_size: int) -> list[float]:
             f"--balance_batches {spec!r}: give one positive share per rank ({world_size} ranks), e.g. '1,3'."
         )
     return shares
+
+
+def balanced_rank_batches(mode: str, model, train_dataset, collate, training_args) -> list[int] | None:
+    """Per-rank micro-batches for `--balance_batches` (None: equal batches): from explicit shares, or from a short
+    calibration of every rank's speed. The same global batch (per-device batch x world) is kept."""
+    world = training_args.world_size
+    if mode == "off" or world == 1:
+        return None
+    global_batch = training_args.per_device_train_batch_size * world
+    if mode == "calibrate":
+        model.to(training_args.device)
+        sample = collate([train_dataset[i] for i in range(training_args.per_device_train_batch_size)])
+        shares = calibrate_speeds(model, sample)
+    else:
+        shares = parse_shares(mode, world)
+    sizes = split_batch(global_batch, shares)
+    logger.info(f"Balanced micro-batches per rank: {sizes} (shares {[round(s, 3) for s in shares]}, "
+                f"global batch {global_batch})")  # fmt: skip
+    return sizes

@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 
 from .deepspeed_config import zero_stage
+from .distributed import global_batch_size, init_deepspeed_comm
 from .errors import UserInputError
 
 # sdpa only: overriding "eager" in transformers' registry would hand ViT's eager function to every other model type
@@ -119,7 +120,7 @@ def configure_ds_config(
     """DeepSpeed's batch arithmetic counts data-parallel replicas, not processes: N ranks share one micro-batch.
     train_batch_size = micro-batch x accumulation x (world / N), e.g. 1 x 1 x (8 / 4) = 2 images per step."""
     ds_config["sequence_parallel_size"] = sp_size  # DeepSpeedConfig divides the world by it (zero.Init, no mpu)
-    ds_config["train_batch_size"] = per_device_batch * accumulation * (world_size // sp_size)
+    ds_config["train_batch_size"] = global_batch_size(per_device_batch, accumulation, world_size, sp_size)
 
 
 # --------------------------------------------------------------------------- process groups
@@ -130,12 +131,10 @@ def init_sequence_parallel_groups(sp_size: int):
 
     `deepspeed.initialize` only takes an mpu through accelerate's LM-only ParallelismConfig path, so the mpu is
     installed where the engine and ZeRO read it (`deepspeed.utils.groups.mpu`). Returns the mpu module."""
-    import deepspeed
     import deepspeed.runtime.sequence_parallel.parallel_state_sp as mpu
     from deepspeed.utils import groups
 
-    if not deepspeed.comm.is_initialized():
-        deepspeed.init_distributed(dist_backend=dist.get_backend() if dist.is_initialized() else None)
+    init_deepspeed_comm()
     if mpu._SEQUENCE_PARALLEL_GROUP is None:
         mpu.initialize_sequence_parallel(sp_size)
     elif mpu.get_sequence_parallel_world_size() != sp_size:

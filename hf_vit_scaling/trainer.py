@@ -1,6 +1,18 @@
-"""`VitTrainer`: the Trainer with our model card on push, per-rank balanced micro-batches, and the reliability
-pieces: checkpoints marked complete, clear errors for failed saves and non-finite losses, skipped-image counts and
-an optional per-step trace of the samples each rank trains on."""
+"""`VitTrainer`: the Trainer plus what the recipes need, every feature given to the constructor.
+
+- `model_card`: the facts of the run; `write_model_card()` (and `push_to_hub`) writes our card with the latest
+  evaluation metrics instead of the generic one;
+- `sequence_parallel`: training batches sharded by data-parallel rank (`hf_vit_scaling.sequence_parallel`);
+- `rank_batches`: per-rank micro-batch sizes (heterogeneous clusters): each rank reads its own slice of every global
+  batch and weights its loss by b_r x W / B (see `hf_vit_scaling.hetero`);
+- `nonfinite_policy`: a NaN/inf training loss on any rank stops training ("stop") or skips that optimizer step on
+  every rank ("skip"), see `NonFiniteLossPolicy`;
+- checkpoints: each save is marked complete (`checkpoint_complete.json`) before old ones are rotated away; a save that
+  fails raises `CheckpointSaveError` naming the newest complete checkpoint;
+- `bad_samples`: images that could not be decoded and were left out of their batch (see `data.decoding`);
+- `trace_samples`: append each step's dataset indices to output_dir/sample_trace/rank{R}.jsonl.
+Injected faults (`faults.FaultInjector`) do nothing unless the environment asks for them.
+"""
 
 import json
 import os
@@ -12,25 +24,16 @@ from transformers.trainer_utils import rotate_checkpoints
 
 from .checkpoints import mark_checkpoint_complete, newest_complete_checkpoint
 from .deepspeed_config import zero_stage
-from .faults import SigkillFault, failing_writes, faults_from_env, poison_forward
+from .distributed import gather_object, is_multi_process
+from .errors import CheckpointSaveError, NonFiniteLossError
+from .faults import FaultInjector
 from .hetero import UnevenBatchSampler, loss_weight
+from .log import logger
 from .model_card import write_model_card
 from .sequence_parallel import shard_dataloader_by_data_parallel_rank
-from .throughput import gather_object
 
 TRACE_DIRNAME = "sample_trace"
-
-
-class TrainingStopped(Exception):
-    """Training ended on purpose with a message for the user (the recipe prints it and exits 1)."""
-
-
-class NonFiniteLossError(TrainingStopped):
-    pass
-
-
-class CheckpointSaveError(TrainingStopped):
-    pass
+NONFINITE_POLICIES = ("stop", "skip")
 
 
 class _EpochAwareLoader(torch.utils.data.DataLoader):
@@ -40,48 +43,104 @@ class _EpochAwareLoader(torch.utils.data.DataLoader):
         self.batch_sampler.set_epoch(epoch)
 
 
-def _distributed() -> bool:
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+class NonFiniteLossPolicy:
+    """What a NaN/inf training loss on any rank does. The ranks agree through one all-reduce of a flag per
+    micro-step (MAX), so every rank takes the same decision at the same step.
+
+    - "stop": raise `NonFiniteLossError` naming the step and the newest complete checkpoint;
+    - "skip": leave that optimizer step out on every rank. Under DeepSpeed the backward (and so DeepSpeed's optimizer
+      step and lr schedule) is not run; under the plain Trainer the backward runs (DDP needs every rank in it) and
+      the gradients are dropped, so torch's optimizer skips every parameter (no update, no moment update).
+    """
+
+    def __init__(self, trainer: "VitTrainer", policy: str):
+        self.trainer, self.policy = trainer, policy
+        self.skipped_steps: list[int] = []
+        self.skip_this_step = False
+        self._backward = trainer.accelerator.backward
+        trainer.accelerator.backward = self.backward_unless_skipped
+
+    def on_any_rank(self, loss: torch.Tensor) -> bool:
+        flag = (~torch.isfinite(loss.detach())).any().to(torch.float32).reshape(1)
+        if is_multi_process():
+            flag = flag.to(self.trainer.args.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def check(self, loss: torch.Tensor) -> None:
+        """Call with each training micro-step's loss, on every rank."""
+        if not self.on_any_rank(loss):
+            return
+        step = self.trainer.state.global_step + 1
+        where = f"at step {step} (loss on this rank {loss.item()})"
+        if self.policy == "stop":
+            newest, _ = newest_complete_checkpoint(self.trainer.args.output_dir)
+            raise NonFiniteLossError(
+                f"non-finite training loss {where}; training stopped (--on_nonfinite_loss stop). "
+                f"Newest complete checkpoint: {newest or 'none'}. Fix: lower --learning_rate or use bf16 instead of "
+                "fp16, check the data, or pass --on_nonfinite_loss skip to skip such steps."
+            )
+        self.skipped_steps.append(step)
+        self.skip_this_step = True
+        if self.trainer.is_world_process_zero():
+            logger.warning(f"warning: non-finite training loss {where}: step skipped on every rank "
+                           "(--on_nonfinite_loss skip).")  # fmt: skip
+
+    def backward_unless_skipped(self, loss, **kwargs):
+        if self.skip_this_step and self.trainer.is_deepspeed_enabled:
+            return  # no engine.backward/step: DeepSpeed's optimizer and its lr schedule stay where they were
+        self._backward(loss, **kwargs)
+
+    def after_training_step(self, model) -> None:
+        if self.skip_this_step and not self.trainer.is_deepspeed_enabled:
+            model.zero_grad(set_to_none=True)
+        self.skip_this_step = False
 
 
 class VitTrainer(Trainer):
-    """The Trainer, plus:
-    - `card_info`: `push_to_hub` writes our model card instead of the generic one before uploading;
-    - `sequence_parallel`: training batches sharded by data-parallel rank (`hf_vit_scaling.sequence_parallel`);
-    - `rank_batches`: per-rank micro-batch sizes (heterogeneous clusters). Each rank then reads its own slice of
-      every global batch and weights its loss by b_r x W / B (see `hf_vit_scaling.hetero`);
-    - `nonfinite_policy`: a NaN/inf training loss on any rank stops training with a clear error ("stop") or skips
-      that optimizer step on every rank ("skip"); the ranks agree through one all-reduce of a flag per micro-step;
-    - checkpoints: each save is marked complete (`checkpoint_complete.json`) before old ones are rotated away; a save
-      that fails raises `CheckpointSaveError` naming the newest complete checkpoint;
-    - `bad_samples`: images that could not be decoded and were left out of their batch (see `data.py`);
-    - `trace_samples`: append each step's dataset indices to output_dir/sample_trace/rank{R}.jsonl.
-    """
+    """The Trainer plus the features in the module docstring; each is off unless its argument is given."""
 
-    card_info: dict | None = None
-    rank_batches: list[int] | None = None
-    sequence_parallel = None  # a ViTSequenceParallel: the ranks of one SP group read the same batches
-
-    def __init__(self, *args, nonfinite_policy: str = "stop", trace_samples: bool = False, **kwargs):
+    def __init__(self, *args, model_card: dict | None = None, rank_batches: list[int] | None = None,
+                 sequence_parallel=None, nonfinite_policy: str = "stop", trace_samples: bool = False,
+                 **kwargs):  # fmt: skip
         super().__init__(*args, **kwargs)
-        self.nonfinite_policy = nonfinite_policy
+        self.model_card_facts = model_card
+        self.rank_batches = rank_batches
+        self.sequence_parallel = sequence_parallel
+        self.nonfinite = NonFiniteLossPolicy(self, nonfinite_policy)
         self.trace_samples = trace_samples
         self.bad_samples: list[dict] = []  # {"split", "sample", "reason"} seen by this rank
-        self.skipped_steps: list[int] = []  # optimizer steps skipped for a non-finite loss
-        self._skip_backward = False
         self._trace_file = None
-        self.faults = faults_from_env()
+        self.faults = FaultInjector(self.args.process_index)
         if self.faults:
-            self.add_callback(SigkillFault(self.faults, self.args.process_index))
-        self._accelerator_backward = self.accelerator.backward
-        self.accelerator.backward = self._backward_unless_skipped
+            self.add_callback(self.faults)
 
-    # ------------------------------------------------------------------ model card, balanced batches
+    @property
+    def skipped_steps(self) -> list[int]:
+        return self.nonfinite.skipped_steps
+
+    # ------------------------------------------------------------------ model card
+
+    def write_model_card(self, metrics: dict | None = None) -> None:
+        """Write README.md (main process): the run's facts plus `metrics` (default: the latest evaluation's), without
+        runtimes and rates. The metrics given once are kept for the card `push_to_hub` writes."""
+        if metrics is not None:
+            self._card_metrics = metrics
+        if self.model_card_facts is None or not self.is_world_process_zero():
+            return
+        if metrics is None:
+            metrics = getattr(self, "_card_metrics", None) or next(
+                (entry for entry in reversed(self.state.log_history) if "eval_loss" in entry), {}
+            )
+        shown = {k: v for k, v in metrics.items() if k.startswith("eval_") and "runtime" not in k and "per_second" not in k}
+        write_model_card(self.args.output_dir, {**self.model_card_facts, "metrics": shown})
 
     def create_model_card(self, *args, **kwargs):
-        if self.card_info is None or not self.is_world_process_zero():
+        if self.model_card_facts is None:
             return super().create_model_card(*args, **kwargs)
-        write_model_card(self.args.output_dir, self.card_info)
+        self.write_model_card()
+
+    # ------------------------------------------------------------------ batches per rank
 
     def get_train_dataloader(self):
         if self.sequence_parallel is not None:
@@ -132,64 +191,25 @@ class VitTrainer(Trainer):
             folder = os.path.join(self.args.output_dir, TRACE_DIRNAME)
             os.makedirs(folder, exist_ok=True)
             # Appending: a resumed run adds its steps after the interrupted run's (the last entry of a step wins).
-            self._trace_file = open(
-                os.path.join(folder, f"rank{self.args.process_index}.jsonl"), "a", encoding="utf-8"
-            )
+            self._trace_file = open(os.path.join(folder, f"rank{self.args.process_index}.jsonl"), "a", encoding="utf-8")
         record = {"step": self.state.global_step + 1, "indices": [int(i) for i in indices.tolist()]}
         self._trace_file.write(json.dumps(record) + "\n")
         self._trace_file.flush()  # in the page cache: survives a SIGKILL of this process
 
-    # ------------------------------------------------------------------ non-finite losses
-
-    def _nonfinite_on_any_rank(self, loss: torch.Tensor) -> bool:
-        flag = (~torch.isfinite(loss.detach())).any().to(torch.float32).reshape(1)
-        if _distributed():
-            flag = flag.to(self.args.device)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
-
-    def _handle_nonfinite_loss(self, loss: torch.Tensor) -> None:
-        step = self.state.global_step + 1
-        where = f"at step {step} (loss on this rank {loss.item()})"
-        if self.nonfinite_policy == "stop":
-            newest, _ = newest_complete_checkpoint(self.args.output_dir)
-            raise NonFiniteLossError(
-                f"non-finite training loss {where}; training stopped (--on_nonfinite_loss stop). "
-                f"Newest complete checkpoint: {newest or 'none'}. Fix: lower --learning_rate or use bf16 instead of "
-                "fp16, check the data, or pass --on_nonfinite_loss skip to skip such steps."
-            )
-        self.skipped_steps.append(step)
-        self._skip_backward = True
-        if self.is_world_process_zero():
-            print(
-                f"warning: non-finite training loss {where}: step skipped on every rank (--on_nonfinite_loss skip).",
-                flush=True,
-            )
-
-    def _backward_unless_skipped(self, loss, **kwargs):
-        if self._skip_backward and self.is_deepspeed_enabled:
-            return  # no engine.backward/step: DeepSpeed's optimizer and its lr schedule stay where they were
-        self._accelerator_backward(loss, **kwargs)
+    # ------------------------------------------------------------------ training step and loss
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        if self.faults:
-            poison_forward(model, self.faults, self.state.global_step + 1, self.args.process_index)
-        self._skip_backward = False
+        self.faults.before_training_step(model, self.state.global_step + 1)
         loss = super().training_step(model, inputs, num_items_in_batch=num_items_in_batch)
-        if self._skip_backward and not self.is_deepspeed_enabled:
-            # The backward ran (DDP needs it); drop its gradients so the optimizer step changes nothing
-            # (torch optimizers skip parameters whose .grad is None: no update, no moment update).
-            model.zero_grad(set_to_none=True)
+        self.nonfinite.after_training_step(model)
         return loss
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         self._pop_bookkeeping(inputs, model.training)
-        result = super().compute_loss(
-            model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
-        )
+        result = super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
         loss = result[0] if return_outputs else result
-        if model.training and self._nonfinite_on_any_rank(loss):
-            self._handle_nonfinite_loss(loss)
+        if model.training:
+            self.nonfinite.check(loss)
         if not self.rank_batches or not model.training or self._loss_normalised_by_global_count(num_items_in_batch):
             return result
         weight = loss_weight(self.rank_batches, self.args.process_index)
@@ -204,7 +224,7 @@ class VitTrainer(Trainer):
         folder = os.path.join(run_dir, f"checkpoint-{self.state.global_step}")
         limit, self.args.save_total_limit = self.args.save_total_limit, None  # we rotate after marking (below)
         try:
-            with failing_writes(self.faults, self.state.global_step, self.args.process_index):
+            with self.faults.during_save(self.state.global_step):
                 super()._save_checkpoint(model, trial)
         except Exception as err:  # any failure part-way: disk full, quota, I/O error, a killed writer
             newest, _ = newest_complete_checkpoint(run_dir)
@@ -216,7 +236,7 @@ class VitTrainer(Trainer):
             ) from err
         finally:
             self.args.save_total_limit = limit
-        if _distributed():
+        if is_multi_process():
             dist.barrier()  # every rank's files (ZeRO shards, RNG state) are on disk
         if self.args.should_save:
             ds_config = self.args.hf_deepspeed_config.config if self.is_deepspeed_enabled else None

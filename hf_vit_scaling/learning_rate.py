@@ -12,6 +12,7 @@ both with a linear warmup (Goyal et al.: the large lr is reached gradually).
 
 import math
 
+from .distributed import global_batch_size
 from .errors import UserInputError
 
 LR_SCALING_RULES = ("none", "linear", "sqrt")
@@ -30,8 +31,9 @@ def scaled_learning_rate(base_lr: float, global_batch: int, reference_batch: int
 def apply_lr_scaling(training_args, rule: str, reference_batch: int, sequence_parallel_size: int = 1) -> dict:
     """Set `training_args.learning_rate` (and a warmup if none was given) for the run's global batch
     (N sequence-parallel ranks share their images: the batch counts world / N replicas)."""
-    global_batch = (training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
-                    * training_args.world_size // sequence_parallel_size)
+    global_batch = global_batch_size(training_args.per_device_train_batch_size,
+                                     training_args.gradient_accumulation_steps, training_args.world_size,
+                                     sequence_parallel_size)
     base = training_args.learning_rate
     training_args.learning_rate = scaled_learning_rate(base, global_batch, reference_batch, rule)
     if rule != "none" and not training_args.warmup_steps:

@@ -1,4 +1,4 @@
-"""The fast input path: uint8 batches on the host, resize + augmentation + normalisation batched on the device.
+"""The device input path (fast): uint8 batches on the host, resize + augmentation + normalisation batched on the device.
 
 Why: resizing CIFAR-sized images to 224 px one by one on the CPU (the per-sample path, as the HF example does) and
 moving float32 224x224 tensors costs 3*224*224*4 = 602,112 bytes per image; the uint8 32x32 original is
@@ -16,46 +16,26 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .data import (
-    ImageClassificationData,
-    decoded_or_marked,
-    drop_bad_examples,
-    pil_to_uint8_tensor,
-    try_decode_image,
-)
-from .errors import UserInputError
+from ..errors import UserInputError
+from .decoding import pil_to_uint8_tensor, set_pixel_transforms, stack_batch, try_decode_image
+from .sources import ImageClassificationData
 
 
 def attach_uint8_transforms(data: ImageClassificationData):
     """Host side of the fast path: each example becomes a uint8 (3, H, W) tensor at its stored size (None, with a
     `bad_image` note, when it cannot be decoded)."""
-
-    def apply(batch):
-        images, notes = decoded_or_marked(batch[data.image_column], data.on_bad_image)
-        return {
-            "pixel_values": [None if img is None else pil_to_uint8_tensor(img) for img in images],
-            "labels": batch[data.label_column],
-            "bad_image": notes,
-        }
-
-    data.splits["train"].set_transform(apply)
-    data.splits["validation"].set_transform(apply)
-    return data.splits
+    return set_pixel_transforms(data, lambda train: pil_to_uint8_tensor)
 
 
 def collate_uint8_batch(examples: list[dict]) -> dict:
-    examples, extra = drop_bad_examples(examples)
-    shapes = {tuple(e["pixel_values"].shape) for e in examples}
+    """Stack uint8 images of one size (resizing happens on the device)."""
+    shapes = {tuple(e["pixel_values"].shape) for e in examples if e["pixel_values"] is not None}
     if len(shapes) > 1:
         raise UserInputError(
             f"--input_path device needs images of one size per batch, found {sorted(shapes)}. "
             "Fix: use --input_path per_sample for variable-size images (or resize the dataset once)."
         )
-    return {
-        "pixel_values": torch.stack([e["pixel_values"] for e in examples]),
-        "labels": torch.tensor([e["labels"] for e in examples], dtype=torch.long),
-        **extra,
-    }
+    return stack_batch(examples)
 
 
 def random_crop_flip_theta(batch: int, scale_min: float | None, flip: bool, generator=None,

@@ -1,0 +1,27 @@
+"""Image-classification data: where images come from (`sources`), decoding that survives bad files (`decoding`),
+and the two input paths: per-sample transforms on the host (`host_transforms`), uint8 batches transformed on the
+device (`device_transforms`)."""
+
+from .decoding import find_bad_images, stack_batch, with_sample_index
+from .device_transforms import DevicePreprocessor, attach_uint8_transforms, choose_input_path, collate_uint8_batch
+from .host_transforms import ImageTransform, attach_transforms
+from .sources import BUILTIN_DATASET, ImageClassificationData, load_image_classification_data
+
+# The per-sample path's collate is the plain stack.
+collate_image_batch = stack_batch
+
+__all__ = [
+    "BUILTIN_DATASET",
+    "DevicePreprocessor",
+    "ImageClassificationData",
+    "ImageTransform",
+    "attach_transforms",
+    "attach_uint8_transforms",
+    "choose_input_path",
+    "collate_image_batch",
+    "collate_uint8_batch",
+    "find_bad_images",
+    "load_image_classification_data",
+    "stack_batch",
+    "with_sample_index",
+]

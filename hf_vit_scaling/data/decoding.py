@@ -1,0 +1,189 @@
+"""Decoding stored images so that one bad file costs one sample, not the run.
+
+Images stay encoded in the dataset (`Image(decode=False)`) and are decoded here, per batch: a corrupt or truncated
+file is left out of its batch and named (`--on_bad_image skip`), or stops the run naming it (`fail`). Every sample
+carries its row (`sample_index`), so a batch can say which rows it holds: used to name skipped images and to trace
+the data order of resumed runs (`--trace_samples`).
+"""
+
+import io
+
+import numpy as np
+import torch
+from datasets import Dataset, DatasetDict
+from datasets import Image as ImageFeature
+from PIL import Image, UnidentifiedImageError
+
+from ..errors import UserInputError
+
+_DECODE_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError)
+
+
+def decode_images_lazily(splits: DatasetDict, image_column: str) -> DatasetDict:
+    """Keep the image column as encoded bytes/paths, so one corrupt file fails in our decoder (which can skip it)
+    rather than inside datasets' row access (which would fail the whole batch)."""
+    if not isinstance(splits["train"].features[image_column], ImageFeature):
+        return splits
+    return DatasetDict(
+        {name: split.cast_column(image_column, ImageFeature(decode=False)) for name, split in splits.items()}
+    )
+
+
+def image_name(value, index: int | None = None) -> str:
+    path = value.get("path") if isinstance(value, dict) else None
+    return repr(path) if path else f"row {index}" if index is not None else "(in memory)"
+
+
+def decode_image(value) -> Image.Image:
+    """A stored image (PIL image, or datasets' undecoded {"bytes", "path"}) -> a fully loaded PIL image.
+    Raises one of _DECODE_ERRORS for a corrupt, truncated or unsupported file."""
+    if not isinstance(value, dict):
+        return value
+    source = io.BytesIO(value["bytes"]) if value.get("bytes") else value.get("path")
+    if source is None:
+        raise ValueError("neither bytes nor a path")
+    image = Image.open(source)
+    image.load()  # decode now: a truncated file fails here, not later inside a transform
+    return image
+
+
+def try_decode_image(value) -> tuple[Image.Image | None, str | None]:
+    """(image, None), or (None, why) when the file cannot be decoded."""
+    try:
+        return decode_image(value), None
+    except _DECODE_ERRORS as err:
+        return None, f"{err.__class__.__name__}: {err}"
+
+
+def find_bad_images(split: Dataset, image_column: str, first_only: bool = False) -> list[dict]:
+    """Decode every image of a split (undecoded column): [{"sample", "reason"}] for those that fail."""
+    bad, index = [], 0
+    for batch in split.select_columns([image_column]).iter(batch_size=256):  # not the whole column in memory
+        for value in batch[image_column]:
+            _, reason = try_decode_image(value)
+            if reason:
+                bad.append({"sample": image_name(value, index), "reason": reason})
+                if first_only:
+                    return bad
+            index += 1
+    return bad
+
+
+def bad_image_error(name: str, reason: str, split: str | None = None) -> UserInputError:
+    where = f"{split} image" if split else "image"
+    return UserInputError(
+        f"--on_bad_image fail: {where} {name} cannot be decoded ({reason}). "
+        "Fix: remove or replace that file, or pass --on_bad_image skip to train without it."
+    )
+
+
+def refuse_bad_images(splits: DatasetDict, image_column: str) -> None:
+    """--on_bad_image fail: decode everything now, before the model is built; name the first bad image."""
+    for name, split in splits.items():
+        bad = find_bad_images(split, image_column, first_only=True)
+        if bad:
+            raise bad_image_error(bad[0]["sample"], bad[0]["reason"], split=name)
+
+
+class SampleIndexDataset(torch.utils.data.Dataset):
+    """A split whose items also carry `sample_index` (their row), so a batch can say which rows it holds: used to
+    name skipped images and to trace the data order (`--trace_samples`)."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        return {**self.dataset[index], "sample_index": index}
+
+    def __getitems__(self, indices):  # the DataLoader's batched fetch: one transform call per batch
+        return [{**item, "sample_index": i} for i, item in zip(indices, self.dataset.__getitems__(indices))]
+
+
+def with_sample_index(splits) -> dict:
+    return {name: SampleIndexDataset(split) for name, split in splits.items()}
+
+
+def decoded_or_marked(values, policy: str) -> tuple[list, list]:
+    """Decode a batch of stored images. Returns (images with None for bad ones, bad-image notes or None).
+    policy "fail": a bad image raises UserInputError naming it instead."""
+    images, notes = [], []
+    for value in values:
+        image, reason = try_decode_image(value)
+        if reason and policy == "fail":
+            raise bad_image_error(image_name(value), reason)
+        images.append(image)
+        notes.append({"sample": image_name(value), "reason": reason} if reason else None)
+    return images, notes
+
+
+def drop_bad_examples(examples: list[dict]) -> tuple[list[dict], dict]:
+    """Split a batch's examples into the decodable ones and the bookkeeping fields the Trainer pops:
+    `sample_index` (rows kept) and `bad_samples` (rows left out, with the reason)."""
+    good = [e for e in examples if not e.get("bad_image")]
+    extra = {}
+    if good and "sample_index" in good[0]:
+        extra["sample_index"] = torch.tensor([e["sample_index"] for e in good], dtype=torch.long)
+    bad = []
+    for e in examples:
+        if e.get("bad_image"):
+            note = dict(e["bad_image"])
+            if note["sample"] == image_name(None) and "sample_index" in e:
+                note["sample"] = f"row {e['sample_index']}"  # in-memory bytes: the row is the only name
+            bad.append(note)
+    if bad:
+        extra["bad_samples"] = bad
+    return good, extra
+
+
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """Grayscale, palette (with or without transparency), RGBA, CMYK... -> RGB."""
+    if image.mode == "RGB":
+        return image
+    if image.mode == "P":
+        image = image.convert("RGBA")
+    return image.convert("RGB")
+
+
+def pil_to_uint8_tensor(image: Image.Image) -> torch.Tensor:
+    """PIL image -> uint8 tensor (3, H, W)."""
+    array = np.asarray(to_rgb(image), dtype=np.uint8)
+    return torch.from_numpy(array.copy()).permute(2, 0, 1)
+
+
+def set_pixel_transforms(data, to_pixels) -> DatasetDict:
+    """Set on-the-fly transforms producing `pixel_values` and `labels` on both splits (needs
+    remove_unused_columns=False). `to_pixels(train)` returns the function applied to each decoded image of that split.
+    An image that cannot be decoded gives `pixel_values` None and a `bad_image` note (see `stack_batch`)."""
+
+    def make(train: bool):
+        convert = to_pixels(train)
+
+        def apply(batch):
+            images, notes = decoded_or_marked(batch[data.image_column], data.on_bad_image)
+            return {
+                "pixel_values": [None if img is None else convert(img) for img in images],
+                "labels": batch[data.label_column],
+                "bad_image": notes,
+            }
+
+        return apply
+
+    data.splits["train"].set_transform(make(train=True))
+    data.splits["validation"].set_transform(make(train=False))
+    return data.splits
+
+
+def stack_batch(examples: list[dict]) -> dict:
+    """Stack a batch's `pixel_values` and `labels`; images that could not be decoded are left out (and listed under
+    `bad_samples`), the rows kept are listed under `sample_index`."""
+    good, extra = drop_bad_examples(examples)
+    return {
+        "pixel_values": torch.stack([e["pixel_values"] for e in good]),
+        "labels": torch.tensor([e["labels"] for e in good], dtype=torch.long),
+        **extra,
+    }

@@ -1,0 +1,73 @@
+"""The per-sample input path: resize and augment each image on the host (any image sizes), torch only.
+
+Each image becomes normalised float (3, S, S) in the DataLoader; training adds a random resized crop (as
+torchvision's RandomResizedCrop samples it) and a horizontal flip. For same-size datasets the device path
+(`device_transforms`) does the same batched on the model's device, much faster.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from datasets import DatasetDict
+from PIL import Image
+
+from .decoding import pil_to_uint8_tensor, set_pixel_transforms
+
+
+def _uniform(low: float, high: float) -> float:
+    return low + (high - low) * torch.rand(()).item()
+
+
+def random_resized_crop_box(height: int, width: int, scale_min: float) -> tuple[int, int, int, int]:
+    """(top, left, h, w) as torchvision's RandomResizedCrop samples it: area in [scale_min, 1], ratio in [3/4, 4/3].
+
+    Uses torch's global RNG, which the Trainer seeds and each DataLoader worker re-seeds.
+    """
+    area = height * width
+    for _ in range(10):
+        target_area = area * _uniform(scale_min, 1.0)
+        aspect = math.exp(_uniform(math.log(3 / 4), math.log(4 / 3)))
+        w = int(round(math.sqrt(target_area * aspect)))
+        h = int(round(math.sqrt(target_area / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            top = int(torch.randint(0, height - h + 1, ()).item())
+            left = int(torch.randint(0, width - w + 1, ()).item())
+            return top, left, h, w
+    return 0, 0, height, width  # fallback: the whole image
+
+
+class ImageTransform:
+    """uint8/PIL image -> normalised float (3, S, S); training adds random resized crop and horizontal flip."""
+
+    def __init__(self, size: int, mean, std, train: bool, random_resized_crop: bool = True,
+                 crop_scale_min: float = 0.08, horizontal_flip: bool = True):
+        self.size, self.train = size, train
+        self.crop, self.crop_scale_min, self.flip = random_resized_crop, crop_scale_min, horizontal_flip
+        self.mean = torch.tensor(mean, dtype=torch.float32).view(3, 1, 1)
+        self.std = torch.tensor(std, dtype=torch.float32).view(3, 1, 1)
+
+    def __call__(self, image) -> torch.Tensor:
+        pixels = pil_to_uint8_tensor(image) if isinstance(image, Image.Image) else image
+        if self.train and self.crop:
+            top, left, h, w = random_resized_crop_box(pixels.shape[1], pixels.shape[2], self.crop_scale_min)
+            pixels = pixels[:, top : top + h, left : left + w]
+        x = pixels.unsqueeze(0).float() / 255.0
+        if x.shape[-2:] != (self.size, self.size):
+            # Antialiased bilinear, as PIL's resize in ViTImageProcessor.
+            x = F.interpolate(x, size=(self.size, self.size), mode="bilinear", antialias=True, align_corners=False)
+        x = x.squeeze(0)
+        if self.train and self.flip and torch.rand(()).item() < 0.5:
+            x = x.flip(-1)
+        return (x - self.mean) / self.std
+
+
+def attach_transforms(data, size: int, mean, std, data_args) -> DatasetDict:
+    """The per-sample path: each decoded image becomes normalised float (3, S, S) on the host, augmented in training."""
+
+    def to_pixels(train: bool) -> ImageTransform:
+        return ImageTransform(
+            size, mean, std, train, data_args.random_resized_crop, data_args.crop_scale_min, data_args.horizontal_flip
+        )
+
+    return set_pixel_transforms(data, to_pixels)

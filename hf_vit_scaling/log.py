@@ -1,0 +1,55 @@
+"""One logger for the package and its recipes: messages from the main process only, errors as one `error:` line.
+
+`setup_logging()` sends `hf_vit_scaling` records to stdout as plain lines (level INFO on the main process, WARNING
+elsewhere, so per-rank facts are gathered and printed once) and errors to stderr as `error: <message>`. Other
+libraries keep their own verbosity (transformers: the Trainer's `--log_level`).
+"""
+
+import logging
+import sys
+
+from .distributed import is_main_process
+from .errors import TrainingStopped, UserInputError
+
+logger = logging.getLogger("hf_vit_scaling")
+
+
+class _BelowError(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR
+
+
+def setup_logging(transformers_level: int | None = None) -> None:
+    """Configure our logger (idempotent); optionally set transformers' verbosity (e.g. the Trainer's process level)."""
+    if not logger.handlers:
+        out = logging.StreamHandler(sys.stdout)
+        out.setFormatter(logging.Formatter("%(message)s"))
+        out.addFilter(_BelowError())
+        err = logging.StreamHandler(sys.stderr)
+        err.setFormatter(logging.Formatter("error: %(message)s"))
+        err.setLevel(logging.ERROR)
+        logger.addHandler(out)
+        logger.addHandler(err)
+        logger.propagate = False
+    logger.setLevel(logging.INFO if is_main_process() else logging.WARNING)
+    if transformers_level is not None:
+        import transformers
+
+        transformers.utils.logging.set_verbosity(transformers_level)
+
+
+def exit_code_for(err: Exception) -> int:
+    """Log `err` as one `error:` line and return the recipe's exit code: 2 for bad input, 1 for a stopped run.
+
+    Bad input is the same on every rank, so only the main process says it; a stopped run is said by the main process,
+    and also by any rank that may be the only one to know (a failed save on that rank)."""
+    setup_logging()
+    if isinstance(err, UserInputError):
+        show, code = is_main_process(), 2
+    elif isinstance(err, TrainingStopped):
+        show, code = is_main_process() or not err.every_rank_knows, 1
+    else:
+        raise TypeError(f"not a recipe error: {err!r}") from err
+    if show:
+        logger.error(str(err))
+    return code

@@ -1,0 +1,202 @@
+"""The recipe's building blocks, in the order `recipes/train_vit.py` calls them.
+
+1. `prepare_world(args)`: the engine (DeepSpeed or the plain Trainer) and its communication, the learning rate
+   for the global batch, sequence-parallel groups, and the checkpoint to resume from; all before the model exists
+   (ZeRO-3 builds it partitioned over the world).
+2. `build_model(model_args, label_names)`: a preset from scratch or a checkpoint with a new head.
+3. `prepare_inputs(args, world, data, model, processor, model_desc)`: the input path (device or per-sample), the
+   model's hooks in their one order (`model_hooks`), per-rank batches for heterogeneous clusters, the metrics and
+   the model card's facts.
+4. `finish_run(trainer, train_result, args, world, data)`: save, evaluate, report skipped images, model card, push,
+   one done line.
+"""
+
+import os
+from dataclasses import dataclass
+
+from transformers import AutoImageProcessor
+
+from .checkpoints import needs_universal_checkpoint, prepare_world_size_change, resolve_resume_checkpoint
+from .checkpoints import write_json_atomically
+from .data import (
+    DevicePreprocessor,
+    attach_transforms,
+    attach_uint8_transforms,
+    choose_input_path,
+    collate_image_batch,
+    collate_uint8_batch,
+    with_sample_index,
+)
+from .distributed import global_batch_size, is_main_process
+from .engine import Engine, engine_of, start_engine
+from .flops import as_pair
+from .hetero import SlowRankSimulator, balanced_rank_batches
+from .learning_rate import apply_lr_scaling
+from .log import logger, setup_logging
+from .metrics import make_compute_metrics
+from .model_hooks import attach_model_hooks
+from .models import build_model_from_preset, count_parameters, image_processor_for, load_model_for_finetuning
+from .models import preset_config
+from .sequence_parallel import setup_sequence_parallel
+
+
+@dataclass
+class World:
+    """What is settled before the model is built."""
+
+    engine: Engine
+    lr_info: dict  # the learning-rate rule applied (see learning_rate.apply_lr_scaling)
+    sequence_parallel: object | None  # a ViTSequenceParallel, or None
+    resume_from: str | None  # a complete checkpoint folder, or None
+
+
+@dataclass
+class TrainerInputs:
+    """What the Trainer is given besides the model: splits with transforms, the collate function, the metrics, the
+    model card's facts and per-rank batches."""
+
+    splits: dict
+    collate: object
+    compute_metrics: object
+    model_card: dict
+    rank_batches: list[int] | None
+
+
+def prepare_world(args) -> World:
+    """Logging, engine, learning rate, sequence-parallel groups and the resume point (see the module docstring)."""
+    training = args.training
+    setup_logging(training.get_process_log_level())
+    training.remove_unused_columns = False  # images become `pixel_values` in a transform: raw columns must reach it
+    if training.device.type == "cpu":
+        training.dataloader_pin_memory = False  # pinning needs an accelerator
+    sp_size = args.engine.sequence_parallel_size
+    lr_info = apply_lr_scaling(training, args.lr.lr_scaling, args.lr.reference_batch_size, sp_size)
+    engine = engine_of(training)
+    start_engine(engine)
+    sequence_parallel = setup_sequence_parallel(sp_size, engine.ds_config, training)
+    return World(engine, lr_info, sequence_parallel, resume_checkpoint(training, engine))
+
+
+def resume_checkpoint(training_args, engine: Engine) -> str | None:
+    """--resume_from_checkpoint PATH or `latest` -> a complete checkpoint (or None); prepares DeepSpeed's universal
+    checkpoint when the number of processes changed since it was saved."""
+    folder, notes = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+    world = training_args.world_size
+    if needs_universal_checkpoint(folder, world, engine.zero_stage):
+        notes.append(prepare_world_size_change(folder, training_args, world, is_main_process()))
+    for note in notes:
+        logger.info(f"Resume: {note}")
+    return folder
+
+
+def build_model(model_args, label_names: list[str]):
+    """From scratch (preset) or from a checkpoint (new head). Returns (model, image processor, description)."""
+    if model_args.model_name_or_path:
+        # --image_size with a checkpoint: high-resolution fine-tuning, position embeddings interpolated once.
+        name = model_args.model_name_or_path
+        model = load_model_for_finetuning(name, label_names, model_args.model_revision, model_args.cache_dir,
+                                          model_args.attn_implementation, model_args.image_size)  # fmt: skip
+        processor = AutoImageProcessor.from_pretrained(
+            name, revision=model_args.model_revision, cache_dir=model_args.cache_dir
+        )
+        if model_args.image_size:
+            processor.size = {"height": model_args.image_size, "width": model_args.image_size}
+        return model, processor, f"fine-tuned from {name}"
+    config = preset_config(model_args.preset, label_names, model_args.image_size, model_args.patch_size,
+                           model_args.attn_implementation)  # fmt: skip
+    return build_model_from_preset(config), image_processor_for(config), f"{model_args.preset} trained from scratch"
+
+
+def prepare_inputs(args, world: World, data, model, processor, model_desc: str) -> TrainerInputs:
+    """Transforms for the chosen input path, the model's hooks in their order, per-rank batches, metrics, card."""
+    size, mean, std = as_pair(model.config.image_size)[0], processor.image_mean, processor.image_std
+    data_args = args.data
+    preprocessor = None
+    if choose_input_path(data, data_args.input_path) == "device":
+        # uint8 batches cross to the device; resize, augmentation and normalisation run there, batched.
+        splits, collate = attach_uint8_transforms(data), collate_uint8_batch
+        preprocessor = DevicePreprocessor(size, mean, std, data_args.random_resized_crop, data_args.crop_scale_min,
+                                          data_args.horizontal_flip)  # fmt: skip
+    else:
+        splits, collate = attach_transforms(data, size, mean, std, data_args), collate_image_batch
+    splits = with_sample_index(splits)  # batches say which rows they hold (skipped images, --trace_samples)
+    factor = args.cluster.slow_ranks.get(args.training.process_index, 1.0)
+    slow_rank = SlowRankSimulator(factor) if factor > 1.0 else None  # labelled in every report
+    attach_model_hooks(model, preprocessor, world.sequence_parallel, slow_rank)
+    rank_batches = balanced_rank_batches(args.cluster.balance_batches, model, splits["train"], collate, args.training)
+    card = model_card_facts(args, world, data, model, model_desc)
+    return TrainerInputs(splits, collate, make_compute_metrics(len(data.label_names)), card, rank_batches)
+
+
+def model_card_facts(args, world: World, data, model, model_desc: str) -> dict:
+    """Everything the model card says except the metrics (see `model_card.render_model_card`)."""
+    training, sp_size = args.training, args.engine.sequence_parallel_size
+    gas, lr_info = training.gradient_accumulation_steps, world.lr_info
+    lr_scaling = "none" if lr_info["rule"] == "none" else (
+        f"{lr_info['rule']} from {lr_info['base_lr']:g} at batch {lr_info['reference_batch']}"
+    )  # fmt: skip
+    return {
+        "model_name": os.path.basename(os.path.normpath(training.output_dir)),
+        "model_desc": model_desc,
+        "dataset": data.source,
+        "eval_split_size": len(data.splits["validation"]),
+        "hub_model_id": training.hub_model_id,
+        "setup": {
+            "model": args.model.model_name_or_path or args.model.preset,
+            "parameters": f"{count_parameters(model) / 1e6:.2f} M",
+            "image size": model.config.image_size,
+            "patch size": model.config.patch_size,
+            "classes": len(data.label_names),
+            "ds_config": world.engine.ds_config_path or "none (plain Trainer)",
+            "world size": training.world_size,
+            "per-device batch": training.per_device_train_batch_size,
+            "gradient accumulation": gas,
+            "sequence parallel size": sp_size,
+            "global batch": global_batch_size(training.per_device_train_batch_size, gas, training.world_size, sp_size),
+            "learning rate": training.learning_rate,
+            "lr scaling": lr_scaling,
+            "epochs": training.num_train_epochs if training.max_steps <= 0 else f"{training.max_steps} steps",
+            "precision": "bf16" if training.bf16 else ("fp16" if training.fp16 else "fp32"),
+            "seed": training.seed,
+        },
+    }
+
+
+def report_skips(trainer) -> dict:
+    """Gather every rank's skipped images (a collective) and write skipped_images.json and the counts."""
+    bad = trainer.gather_bad_samples()
+    counts = {
+        "train_skipped_images": sum(b["split"] == "train" for b in bad),
+        "eval_skipped_images": sum(b["split"] == "eval" for b in bad),
+        "train_nonfinite_steps_skipped": len(trainer.skipped_steps),
+    }
+    if trainer.is_world_process_zero():
+        trainer.save_metrics("reliability", counts)
+        if bad:
+            path = os.path.join(trainer.args.output_dir, "skipped_images.json")
+            write_json_atomically(path, {"count": len(bad), "images": bad})
+            logger.info(f"Skipped {len(bad)} image(s) that could not be decoded: see skipped_images.json")
+    return {"bad images skipped": len(bad), "non-finite steps skipped": len(trainer.skipped_steps)}
+
+
+def finish_run(trainer, train_result, world: World, inputs: TrainerInputs) -> dict:
+    """Save the model and metrics, evaluate, report skipped images, write the card, push, print the done line."""
+    trainer.save_model()  # model.safetensors + config + image processor (ZeRO-3: gathered 16-bit weights)
+    train_metrics = dict(train_result.metrics, train_samples=len(inputs.splits["train"]))
+    trainer.log_metrics("train", train_metrics)
+    trainer.save_metrics("train", train_metrics)
+    trainer.save_state()
+
+    eval_metrics = trainer.evaluate()
+    eval_metrics["eval_samples"] = len(inputs.splits["validation"])
+    trainer.log_metrics("eval", eval_metrics)
+    trainer.save_metrics("eval", eval_metrics)
+    skips = report_skips(trainer)
+
+    trainer.write_model_card(eval_metrics)
+    if trainer.args.push_to_hub:
+        trainer.push_to_hub()  # our create_model_card writes the same card before the upload
+    noted = "".join(f", {n} {what}" for what, n in skips.items() if n)
+    logger.info(f"Done: {trainer.args.output_dir} (accuracy {eval_metrics.get('eval_accuracy', float('nan')):.4f}, "
+                f"{world.engine.label()}, {trainer.args.world_size} process(es){noted})")  # fmt: skip
+    return eval_metrics

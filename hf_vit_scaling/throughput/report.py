@@ -1,0 +1,50 @@
+"""The throughput report as the table the main process prints once at the end of training."""
+
+
+def _fmt(value, spec: str = ".3g", unit: str = "") -> str:
+    return "n/a" if value is None else f"{value:{spec}}{unit}"
+
+
+def format_report(report: dict) -> str:
+    """A readable table of the report, printed once by the main process."""
+    s, t, st, fl, mem, rk = (report[k] for k in ("setup", "throughput", "step_time_s", "flops", "memory", "ranks"))
+    sp = s["sequence_parallel_size"]
+    zero = "none (plain Trainer)" if s["zero_stage"] is None else f"ZeRO-{s['zero_stage']}"
+    if s["offload"]:
+        zero += " + offload " + ", ".join(f"{k}->{v}" for k, v in s["offload"].items())
+    lines = [
+        "=" * 78,
+        "Throughput report" + ("   [SIMULATED slow ranks: " + str(s["simulated_slow_ranks"]) + "]"
+                               if s["simulated_slow_ranks"] else ""),
+        "-" * 78,
+        f"setup        {s['world_size']} process(es) on {s['num_nodes']} node(s), {zero}, {s['precision']}, "
+        f"{s['image_size']} px / patch {s['patch_size']} ({s['tokens_per_image']} tokens), "
+        f"{s['num_parameters'] / 1e6:.2f} M params"
+        + (f"; sequence parallel over {s['sequence_parallel_size']} ranks ({s['tokens_per_rank']} tokens per rank)"
+           if sp > 1 else ""),
+        f"batch        {s['per_device_train_batch_size']} per device x {s['gradient_accumulation_steps']} accumulation "
+        f"x {s['world_size'] // sp}{f' SP groups of {sp} ranks' if sp > 1 else ''} = {s['global_batch_size']} images "
+        "per optimizer step"
+        + (f" (balanced per rank: {s['rank_batches']})" if s["rank_batches"] else ""),
+        f"images/s     {_fmt(t['images_per_s'], '.1f')} total, {_fmt(t['images_per_s_per_device'], '.1f')} per device "
+        f"({t['images_measured']} images over {t['steps_measured']} steps, first {t['warmup_steps']} excluded)",
+        f"step time    mean {_fmt(st['mean'], '.4f', ' s')}, median {_fmt(st['median'], '.4f', ' s')}, "
+        f"p90 {_fmt(st['p90'], '.4f', ' s')}; compute {_fmt(st['compute_mean'], '.4f', ' s')} (of which est. "
+        f"sync + optimizer {_fmt(st['est_sync_and_optimizer_mean'], '.4f', ' s')}), data wait "
+        f"{_fmt(st['data_wait_mean'], '.4f', ' s')}",
+        f"FLOPs        {fl['forward_macs_per_image'] / 1e9:.3f} GMACs forward/image, "
+        f"{fl['train_flops_per_image'] / 1e9:.3f} GFLOP train/image; achieved "
+        f"{_fmt(fl['achieved_tflops_per_device'], '.4g')} TFLOP/s per device; peak "
+        f"{_fmt(fl['peak_tflops_per_device'], '.4g')} ({fl['peak_source']}); MFU {_fmt(fl['mfu'], '.1%')}",
+        f"memory       peak {mem['max_bytes'] / 2**20:.0f} MiB per device ({mem['kind']})",
+        f"ranks        fastest {rk['fastest_rank']}, slowest {rk['slowest_rank']}, spread "
+        f"{_fmt(rk['spread'], '.2f', 'x')}, est. wait at gradient sync {rk['est_sync_wait_s_total']:.2f} s in all",
+    ]
+    for row in rk["per_rank"]:
+        lines.append(
+            f"  rank {row['rank']:<3} {row['hostname'][:16]:<16} work/step {_fmt(row['est_own_work_mean_s'], '.4f', ' s')}"
+            f"  waits {_fmt(row['est_sync_wait_s'], '.2f', ' s')} ({_fmt(row['est_sync_wait_fraction'], '.0%')})"
+            f"  images {row['images']}"
+        )
+    lines.append("=" * 78)
+    return "\n".join(lines)

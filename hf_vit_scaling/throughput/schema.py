@@ -1,0 +1,103 @@
+"""The one description of `throughput.json`: its sections, keys and what each means; and its loader.
+
+docs/throughput.md is checked against `REPORT_SCHEMA` by the tests, so the page and the file cannot drift apart.
+"""
+
+import json
+
+SCHEMA_VERSION = 2
+REPORT_FILENAME = "throughput.json"
+
+REPORT_SCHEMA: dict[str, dict[str, str]] = {
+    "setup": {
+        "engine": "deepspeed or trainer (the plain Trainer: DDP with several processes)",
+        "world_size": "processes in the run",
+        "num_nodes": "distinct nodes (host + launcher node rank)",
+        "per_device_train_batch_size": "micro-batch per process",
+        "gradient_accumulation_steps": "micro-batches per optimizer step",
+        "global_batch_size": "per-device batch x accumulation x world / sequence-parallel size",
+        "zero_stage": "ZeRO stage, null without DeepSpeed",
+        "offload": "offloaded states and their device, e.g. {optimizer: cpu}",
+        "precision": "fp32, bf16, fp16 or tf32",
+        "image_size": "input side in pixels",
+        "patch_size": "patch side in pixels",
+        "tokens_per_image": "(image / patch)^2 + 1 (CLS)",
+        "num_parameters": "model parameters (full count under ZeRO-3)",
+        "devices": "device names",
+        "hostnames": "host names",
+        "versions": "torch, transformers, deepspeed",
+        "simulated_slow_ranks": "{rank: factor}; a SIMULATION when non-empty",
+        "rank_batches": "per-rank micro-batches when balanced, else null",
+        "sequence_parallel_size": "N ranks share each image",
+        "tokens_per_rank": "ceil(tokens_per_image / N)",
+    },
+    "throughput": {
+        "images_per_s": "images over the measured steps / the slowest rank's measured time",
+        "images_per_s_per_device": "images_per_s / world size",
+        "images_measured": "images that entered training forwards after warm-up (each image once)",
+        "steps_measured": "optimizer steps after warm-up",
+        "warmup_steps": "optimizer steps excluded at the start",
+        "measured_time_s": "the slowest rank's compute + data wait over the measured steps",
+        "nominal_images_per_step": "per-device batch x accumulation x world / N",
+    },
+    "step_time_s": {
+        "mean": "mean step time (compute + data wait) of rank 0",
+        "median": "median step time of rank 0",
+        "p90": "90th percentile step time of rank 0",
+        "compute_mean": "on_step_begin -> on_step_end: forward, backward, optimizer",
+        "data_wait_mean": "previous on_step_end -> on_step_begin (eval/save intervals excluded)",
+        "data_wait_fraction": "data_wait_mean / mean",
+        "est_sync_and_optimizer_mean": "compute - 3 x forward: gradient communication, optimizer, ZeRO gathers",
+    },
+    "flops": {
+        "forward_macs_per_image": "analytic ViT forward multiply-accumulates per image",
+        "train_flops_per_image": "3 x 2 x forward MACs (Kaplan et al. 2020)",
+        "achieved_tflops_per_device": "images/s x train FLOPs / world / 1e12",
+        "achieved_tflops_total": "images/s x train FLOPs / 1e12",
+        "peak_tflops_per_device": "dense peak for the precision used",
+        "peak_source": "user, table, matmul-probe or none",
+        "mfu": "achieved / peak per device",
+    },
+    "memory": {
+        "per_rank": "[{rank, allocated_peak_bytes, reserved_peak_bytes, rss_peak_bytes}]",
+        "kind": "allocated_peak_bytes on CUDA, rss_peak_bytes elsewhere",
+        "max_bytes": "largest per-rank peak of that kind",
+    },
+    "ranks": {
+        "per_rank": "[{rank, hostname, device, images, step_compute_mean_s, forward_mean_s, data_wait_mean_s, "
+        "est_own_work_mean_s, est_sync_wait_s, est_sync_wait_fraction}]",
+        "fastest_rank": "rank with the least own work per step",
+        "slowest_rank": "rank with the most own work per step",
+        "spread": "slowest / fastest own work",
+        "est_sync_wait_s_total": "seconds all ranks waited at gradient synchronisation",
+    },
+}
+
+
+def upgrade_v1(report: dict) -> dict:
+    """Version 1 files (before sequence parallelism and the engine name) read as version 2: one rank per image,
+    and the engine follows from the ZeRO stage (null: the plain Trainer)."""
+    setup = report.get("setup", {})
+    setup.setdefault("sequence_parallel_size", 1)
+    if "tokens_per_image" in setup:
+        setup.setdefault("tokens_per_rank", setup["tokens_per_image"])
+    setup.setdefault("engine", "trainer" if setup.get("zero_stage") is None else "deepspeed")
+    report["schema_version"] = SCHEMA_VERSION
+    return report
+
+
+def load_throughput_report(path: str) -> dict:
+    """Read a throughput.json (version 2, or version 1 upgraded), checking every section and key."""
+    with open(path, encoding="utf-8") as f:
+        report = json.load(f)
+    version = report.get("schema_version")
+    if version == 1:
+        report = upgrade_v1(report)
+    elif version != SCHEMA_VERSION:
+        raise ValueError(f"{path}: throughput report schema {version!r}; this version reads 1 and {SCHEMA_VERSION}")
+    missing = [
+        f"{section}.{key}" for section, keys in REPORT_SCHEMA.items() for key in keys if key not in report.get(section, {})
+    ]
+    if missing:
+        raise ValueError(f"{path}: throughput report lacks {', '.join(missing)}")
+    return report

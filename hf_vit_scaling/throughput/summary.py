@@ -1,0 +1,146 @@
+"""From every rank's measured figures to the report: pure arithmetic, testable without a Trainer.
+
+`summarize(per_rank, setup)` takes what `ThroughputCallback` gathered from each rank (`RankFigures` keys below) and
+what the run was (`setup`: batch, engine, model sizes, FLOPs per image, peak) and returns the report whose schema
+is `schema.REPORT_SCHEMA`.
+
+Per-rank figures (one dict per rank, in rank order): steps, images, measured_time, compute_mean, data_wait_mean,
+forward_mean, step_time_mean, step_time_median, step_time_p90, own_work (per measured step), memory
+({allocated_peak_bytes, reserved_peak_bytes, rss_peak_bytes}), device, hostname, node.
+"""
+
+import numpy as np
+
+from ..distributed import global_batch_size
+from ..flops import mfu
+from .schema import SCHEMA_VERSION
+
+# `setup` keys summarize() reads; the callback fills them from TrainingArguments, the model and the engine.
+SETUP_KEYS = (
+    "engine", "per_device_train_batch_size", "gradient_accumulation_steps", "zero_stage", "offload", "precision",
+    "image_size", "patch_size", "num_parameters", "forward_macs_per_image", "train_flops_per_image", "versions",
+    "simulated_slow_ranks", "rank_batches", "sequence_parallel_size", "warmup_steps", "peak_tflops", "peak_source",
+    "memory_kind",
+)  # fmt: skip
+
+
+def estimate_sync_wait(work_per_rank: list[list[float]]) -> list[float]:
+    """Seconds each rank waits at gradient synchronisation, summed over steps.
+
+    At every step all ranks leave the all-reduce together, so a rank waits for the slowest one:
+    wait[r] = sum over steps of (max_r' work[r'][s] - work[r][s]).
+    """
+    work = np.asarray(work_per_rank, dtype=np.float64)  # (ranks, steps)
+    if work.size == 0:
+        return [0.0] * len(work_per_rank)
+    return (work.max(axis=0, keepdims=True) - work).sum(axis=1).tolist()
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if len(values) else None
+
+
+def _rank_rows(per_rank: list[dict]) -> tuple[list[dict], list[float], list[float]]:
+    waits = estimate_sync_wait([r["own_work"] for r in per_rank])
+    own_means = [_mean(r["own_work"]) or 0.0 for r in per_rank]
+    rows = [
+        {
+            "rank": rank, "hostname": r["hostname"], "device": r["device"], "images": r["images"],
+            "step_compute_mean_s": r["compute_mean"], "forward_mean_s": r["forward_mean"],
+            "data_wait_mean_s": r["data_wait_mean"], "est_own_work_mean_s": own, "est_sync_wait_s": wait,
+            "est_sync_wait_fraction": wait / r["measured_time"] if r["measured_time"] > 0 else None,
+        }
+        for rank, (r, wait, own) in enumerate(zip(per_rank, waits, own_means))
+    ]  # fmt: skip
+    return rows, waits, own_means
+
+
+def _ranks_section(per_rank: list[dict]) -> dict:
+    rows, waits, own_means = _rank_rows(per_rank)
+    fastest = int(np.argmin(own_means)) if own_means else 0
+    slowest = int(np.argmax(own_means)) if own_means else 0
+    return {
+        "per_rank": rows,
+        "fastest_rank": fastest,
+        "slowest_rank": slowest,
+        "spread": own_means[slowest] / own_means[fastest] if own_means and own_means[fastest] > 0 else None,
+        "est_sync_wait_s_total": float(sum(waits)),
+    }
+
+
+def _memory_section(per_rank: list[dict], kind: str) -> dict:
+    rows = [{"rank": i, **r["memory"]} for i, r in enumerate(per_rank)]
+    return {"per_rank": rows, "kind": kind, "max_bytes": max((m[kind] or 0) for m in rows)}
+
+
+def _step_time_section(main: dict) -> dict:
+    mean, wait, compute = main["step_time_mean"], main["data_wait_mean"], main["compute_mean"]
+    return {
+        "mean": mean,
+        "median": main["step_time_median"],
+        "p90": main["step_time_p90"],
+        "compute_mean": compute,
+        "data_wait_mean": wait,
+        "data_wait_fraction": wait / mean if wait is not None and mean else None,
+        # compute - 3 x forward: gradient communication (incl. waiting), optimizer step, ZeRO gathers.
+        "est_sync_and_optimizer_mean": compute - 3.0 * main["forward_mean"] if compute is not None else None,
+    }
+
+
+def summarize(per_rank: list[dict], setup: dict) -> dict:
+    """The report (schema `REPORT_SCHEMA`) from every rank's figures and the run's setup."""
+    world, sp = len(per_rank), setup["sequence_parallel_size"]
+    per_device, gas = setup["per_device_train_batch_size"], setup["gradient_accumulation_steps"]
+    measured_time = max(r["measured_time"] for r in per_rank)
+    images = sum(r["images"] for r in per_rank) // sp  # each image entered forward on its N SP ranks
+    images_per_s = images / measured_time if measured_time > 0 else None
+    achieved_total = images_per_s * setup["train_flops_per_image"] / 1e12 if images_per_s else None
+    achieved_per_device = achieved_total / world if achieved_total is not None else None
+    tokens = (setup["image_size"] // setup["patch_size"]) ** 2 + 1
+    batch = global_batch_size(per_device, gas, world, sp)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "setup": {
+            "engine": setup["engine"],
+            "world_size": world,
+            "num_nodes": len({r["node"] for r in per_rank}),
+            "per_device_train_batch_size": per_device,
+            "gradient_accumulation_steps": gas,
+            "global_batch_size": batch,
+            "zero_stage": setup["zero_stage"],
+            "offload": setup["offload"],
+            "precision": setup["precision"],
+            "image_size": setup["image_size"],
+            "patch_size": setup["patch_size"],
+            "tokens_per_image": tokens,
+            "num_parameters": setup["num_parameters"],
+            "devices": sorted({r["device"] for r in per_rank}),
+            "hostnames": sorted({r["hostname"] for r in per_rank}),
+            "versions": setup["versions"],
+            "simulated_slow_ranks": {str(k): v for k, v in setup["simulated_slow_ranks"].items()},
+            "rank_batches": setup["rank_batches"],
+            "sequence_parallel_size": sp,
+            "tokens_per_rank": -(-tokens // sp),
+        },
+        "throughput": {
+            "images_per_s": images_per_s,
+            "images_per_s_per_device": images_per_s / world if images_per_s else None,
+            "images_measured": images,
+            "steps_measured": per_rank[0]["steps"],
+            "warmup_steps": setup["warmup_steps"],
+            "measured_time_s": measured_time,
+            "nominal_images_per_step": batch,
+        },
+        "step_time_s": _step_time_section(per_rank[0]),
+        "flops": {
+            "forward_macs_per_image": setup["forward_macs_per_image"],
+            "train_flops_per_image": setup["train_flops_per_image"],
+            "achieved_tflops_per_device": achieved_per_device,
+            "achieved_tflops_total": achieved_total,
+            "peak_tflops_per_device": setup["peak_tflops"],
+            "peak_source": setup["peak_source"],
+            "mfu": mfu(achieved_per_device, setup["peak_tflops"]) if achieved_per_device is not None else None,
+        },
+        "memory": _memory_section(per_rank, setup["memory_kind"]),
+        "ranks": _ranks_section(per_rank),
+    }

@@ -1,0 +1,287 @@
+"""`ThroughputCallback`: times each optimizer step on every rank and writes the throughput report at the end.
+
+What is timed (per rank, wall clock, accelerator synchronised at each boundary):
+- step compute: `on_step_begin` -> `on_step_end` of one optimizer step (all micro-batches, backward, optimizer);
+- data wait: previous `on_step_end` -> `on_step_begin` (the Trainer fetches the step's batches there); intervals
+  that contain an evaluation or a checkpoint save are excluded;
+- forward: the model's forward pass (pre/post hooks), used to estimate each rank's own work at the gradient sync.
+Images are counted as they enter the model's forward in training mode, on every rank, so uneven or short last
+batches are counted as they are. The first `warmup_steps` optimizer steps are excluded from every figure.
+
+This module only measures. `summary.summarize` turns the gathered figures into the report, `report.format_report`
+prints it, `schema.REPORT_SCHEMA` says what every key means.
+"""
+
+import json
+import os
+import platform
+import resource
+import statistics
+import time
+
+import numpy as np
+import torch
+from transformers import TrainerCallback
+
+from ..distributed import gather_object, rank_and_world
+from ..flops import (
+    as_pair,
+    device_peak_tflops,
+    precision_name,
+    vit_forward_macs_per_image,
+    vit_train_flops_per_image,
+)
+from ..log import logger
+from ..models import count_parameters
+from .report import format_report
+from .schema import REPORT_FILENAME
+from .summary import summarize
+
+MAX_STEPS_GATHERED = 20_000  # per-step arrays beyond this are trimmed to the last steps before gathering
+
+
+def _sync(device_type: str) -> None:
+    if device_type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(statistics.fmean(values)) if values else None
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def _versions() -> dict:
+    import transformers
+
+    versions = {"torch": torch.__version__, "transformers": transformers.__version__}
+    try:
+        import deepspeed
+
+        versions["deepspeed"] = deepspeed.__version__
+    except ImportError:
+        versions["deepspeed"] = None
+    return versions
+
+
+def _memory(device_type: str, device) -> dict:
+    rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    if device_type == "cuda":
+        return {
+            "allocated_peak_bytes": torch.cuda.max_memory_allocated(device),
+            "reserved_peak_bytes": torch.cuda.max_memory_reserved(device),
+            "rss_peak_bytes": rss_peak,
+        }
+    return {"allocated_peak_bytes": None, "reserved_peak_bytes": None, "rss_peak_bytes": rss_peak}
+
+
+class ThroughputCallback(TrainerCallback):
+    """Measures training speed on every rank; the main process writes and prints the report at the end.
+
+    `engine` is a `hf_vit_scaling.engine.Engine` (None: the plain Trainer). `slow_ranks` only labels the report:
+    `SlowRankSimulator` does the slowing. With `sequence_parallel_size` N every image enters forward on N ranks and
+    is counted once.
+    """
+
+    def __init__(self, warmup_steps: int = 5, peak_tflops: float | None = None, engine=None,
+                 slow_ranks: dict[int, float] | None = None, rank_batches: list[int] | None = None,
+                 print_table: bool = True, sequence_parallel_size: int = 1):  # fmt: skip
+        self.warmup_steps = warmup_steps
+        self.user_peak_tflops = peak_tflops
+        self.engine = engine
+        self.slow_ranks = slow_ranks or {}
+        self.rank_batches = rank_batches
+        self.print_table = print_table
+        self.sp = sequence_parallel_size
+        self.report: dict | None = None
+        self._hooks = []
+        self._reset()
+
+    def _reset(self):
+        self.step_ends: list[float] = []  # time of each on_step_end
+        self.compute: list[float] = []  # on_step_begin -> on_step_end
+        self.data_wait: list[float] = []  # previous on_step_end -> on_step_begin (nan when excluded)
+        self.forward: list[float] = []  # forward seconds within each step
+        self.images: list[int] = []  # images that entered forward within each step
+        self.excluded_before: list[bool] = []  # an eval/save happened before this step began
+        self._step_begin = self._last_end = None
+        self._paused = False
+        self._fwd_start = self._fwd_time = 0.0
+        self._step_images = 0
+
+    # ------------------------------------------------------------------ hooks on the model
+
+    def attach(self, model: torch.nn.Module) -> None:
+        """Count training images and time the forward. The pre-hook is prepended, so it runs before every other
+        model hook (see `model_hooks`): device-side preprocessing and a simulated slow rank are inside the window."""
+
+        def pre_hook(module, args, kwargs):
+            if module.training:
+                pixel_values = kwargs.get("pixel_values", args[0] if args else None)
+                if pixel_values is not None:
+                    self._step_images += int(pixel_values.shape[0])
+                _sync(self.device_type)
+                self._fwd_start = time.perf_counter()
+
+        def post_hook(module, args, kwargs, output):
+            if module.training:
+                _sync(self.device_type)
+                self._fwd_time += time.perf_counter() - self._fwd_start
+            return output
+
+        self._hooks = [
+            model.register_forward_pre_hook(pre_hook, with_kwargs=True, prepend=True),
+            model.register_forward_hook(post_hook, with_kwargs=True),
+        ]
+
+    # ------------------------------------------------------------------ Trainer events
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self._reset()
+        self.rank, self.world_size = rank_and_world()
+        self.device, self.device_type = args.device, args.device.type
+        self.model = model
+        if model is not None:
+            self.attach(model)
+        if self.device_type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        precision = precision_name(args.bf16, args.fp16, args.tf32)
+        self.peak_tflops, self.peak_source = device_peak_tflops(args.device, precision, self.user_peak_tflops)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        _sync(self.device_type)
+        now = time.perf_counter()
+        excluded = self._paused or self._last_end is None
+        self.data_wait.append(float("nan") if excluded else now - self._last_end)
+        self.excluded_before.append(excluded)
+        self._step_begin, self._paused = now, False
+        self._fwd_time, self._step_images = 0.0, 0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self._step_begin is None:
+            return
+        _sync(self.device_type)
+        now = time.perf_counter()
+        self.compute.append(now - self._step_begin)
+        self.forward.append(self._fwd_time)
+        self.images.append(self._step_images)
+        self.step_ends.append(now)
+        self._last_end = now
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self._paused = True
+
+    def on_save(self, args, state, control, **kwargs):
+        self._paused = True
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        """Add running figures to training logs (this callback runs first, so TensorBoard & co. receive them)."""
+        if logs is None or "loss" not in logs:
+            return
+        live = self._rate_figures()
+        if live["images_per_s"] is None:
+            return
+        logs["throughput/images_per_s"] = round(live["images_per_s"] * self.world_size / self.sp, 2)
+        if live["step_time_median"] is not None:  # None when every measured step followed a save/eval
+            logs["throughput/step_time_s"] = round(live["step_time_median"], 5)
+        if self.peak_tflops and self.model is not None:
+            tflops = live["images_per_s"] / self.sp * vit_train_flops_per_image(self.model.config) / 1e12
+            logs["throughput/mfu"] = round(tflops / self.peak_tflops, 5)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+        self.report = summarize(gather_object(self._local_figures()), self._setup(args))
+        if state.is_world_process_zero:
+            os.makedirs(args.output_dir, exist_ok=True)
+            with open(os.path.join(args.output_dir, REPORT_FILENAME), "w", encoding="utf-8") as f:
+                json.dump(self.report, f, indent=2)
+            if self.print_table:
+                logger.info("\n" + format_report(self.report))  # on its own lines after the progress bar
+
+    # ------------------------------------------------------------------ this rank's figures
+
+    def _measured_steps(self) -> range:
+        return range(self.warmup_steps, len(self.compute))
+
+    def _rate_figures(self) -> dict:
+        """What the training logs need, on every logging step: images/s and step times of this rank."""
+        idx = self._measured_steps()
+        step_times = [self.compute[i] + self.data_wait[i] for i in idx if not self.excluded_before[i]]
+        measured_time = sum(self.compute[i] + (0.0 if self.excluded_before[i] else self.data_wait[i]) for i in idx)
+        images = sum(self.images[i] for i in idx)
+        return {
+            "steps": len(idx),
+            "images": images,
+            "measured_time": measured_time,
+            "images_per_s": images / measured_time if measured_time > 0 else None,
+            "step_times": step_times,
+            "step_time_median": statistics.median(step_times) if step_times else None,
+        }
+
+    def _local_figures(self) -> dict:
+        """Everything this rank contributes to the report (see `summary` for the keys)."""
+        rates = self._rate_figures()
+        idx = self._measured_steps()
+        step_times = rates.pop("step_times")
+        return {
+            **rates,
+            "step_time_mean": _mean(step_times),
+            "step_time_p90": _percentile(step_times, 90),
+            "compute_mean": _mean([self.compute[i] for i in idx]),
+            "data_wait_mean": _mean([self.data_wait[i] for i in idx if not self.excluded_before[i]]),
+            "forward_mean": _mean([self.forward[i] for i in idx]),
+            # Own work before the gradient sync: data wait + forward + backward, backward ~ 2x forward
+            # (Kaplan et al. 2020, sec. 2.1: training ~ 3x forward FLOPs).
+            "own_work": [
+                (0.0 if self.excluded_before[i] else self.data_wait[i]) + 3.0 * self.forward[i] for i in idx
+            ][-MAX_STEPS_GATHERED:],
+            "memory": _memory(self.device_type, self.device),
+            "device": _device_name(self.device),
+            "hostname": platform.node(),
+            # torchrun/accelerate export the node's rank as GROUP_RANK (NODE_RANK for some launchers): two "nodes"
+            # on one host still count as two.
+            "node": f"{platform.node()}#{os.environ.get('GROUP_RANK', os.environ.get('NODE_RANK', '0'))}",
+        }
+
+    def _setup(self, args) -> dict:
+        config = self.model.config
+        engine = self.engine
+        return {
+            "engine": engine.kind if engine is not None else "trainer",
+            "per_device_train_batch_size": args.per_device_train_batch_size,
+            "gradient_accumulation_steps": args.gradient_accumulation_steps,
+            "zero_stage": engine.zero_stage if engine is not None else None,
+            "offload": engine.offload if engine is not None else {},
+            "precision": precision_name(args.bf16, args.fp16, args.tf32),
+            "image_size": as_pair(config.image_size)[0],
+            "patch_size": as_pair(config.patch_size)[0],
+            "num_parameters": count_parameters(self.model),
+            "forward_macs_per_image": vit_forward_macs_per_image(config),
+            "train_flops_per_image": vit_train_flops_per_image(config),
+            "versions": _versions(),
+            "simulated_slow_ranks": self.slow_ranks,
+            "rank_batches": self.rank_batches,
+            "sequence_parallel_size": self.sp,
+            "warmup_steps": self.warmup_steps,
+            "peak_tflops": self.peak_tflops,
+            "peak_source": self.peak_source,
+            "memory_kind": "allocated_peak_bytes" if self.device_type == "cuda" else "rss_peak_bytes",
+        }
+
+
+def add_throughput_callback(trainer, **kwargs) -> ThroughputCallback:
+    """Attach the report to a Trainer. It goes first in the callback list so that the figures it adds to the logs
+    (`on_log`) reach the reporting integrations (TensorBoard, W&B, ...) that run after it."""
+    callback = ThroughputCallback(**kwargs)
+    trainer.callback_handler.callbacks.insert(0, callback)
+    return callback
