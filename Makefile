@@ -6,7 +6,11 @@ PY := $(VENV)/bin/python
 # GPU users: `make install TORCH_SPEC=torch` (or install torch for your CUDA first, then `pip install -e .`).
 TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 OUTPUT_DIR ?= outputs/vit-tiny-digits-zero2
-NUM_PROCESSES ?= 2
+# One process per visible GPU (CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L`); 2 processes over gloo on a CPU.
+NUM_PROCESSES ?= $(shell if command -v nvidia-smi >/dev/null 2>&1; then \
+	if [ -n "$$CUDA_VISIBLE_DEVICES" ]; then echo "$$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .; \
+	else n=$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$$n" -gt 0 ] && echo $$n || echo 1; fi; \
+	else echo 2; fi)
 
 .PHONY: install train test test-fast style quality clean
 
@@ -19,11 +23,12 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 
-# accelerate's --multi_gpu is its torchrun-style launcher; on a CPU it runs the processes over gloo.
+# accelerate's --multi_gpu is its torchrun-style launcher for 2+ processes (one process needs none); on a CPU it runs
+# the processes over gloo.
 # The main job: a tiny ViT trained from scratch with DeepSpeed ZeRO-2 on scikit-learn's bundled digits (no network).
 train: install
 	DS_ACCELERATOR=$${DS_ACCELERATOR:-$$(command -v nvidia-smi >/dev/null 2>&1 && echo cuda || echo cpu)} \
-	$(VENV)/bin/accelerate launch --multi_gpu --num_processes $(NUM_PROCESSES) --num_machines 1 --mixed_precision no \
+	$(VENV)/bin/accelerate launch $(if $(filter 1,$(NUM_PROCESSES)),,--multi_gpu) --num_processes $(NUM_PROCESSES) --num_machines 1 --mixed_precision no \
 		--dynamo_backend no recipes/train_vit.py --ds_config ds_configs/zero2.json \
 		--model_preset vit-tiny-cpu --image_size 16 --crop_scale_min 0.5 --horizontal_flip false \
 		--output_dir $(OUTPUT_DIR) --num_train_epochs 30 --per_device_train_batch_size 16 \
@@ -41,6 +46,7 @@ style: install
 
 quality: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 clean:
 	rm -rf outputs .pytest_cache .ruff_cache

@@ -20,16 +20,9 @@ import transformers
 from _common import report_result  # benchmarks/_common.py (scripts run as benchmarks/<name>.py)
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from hf_vit_scaling import (
-    DataArguments,
-    ThroughputCallback,
-    attach_transforms,
-    build_model_from_preset,
-    collate_image_batch,
-    image_processor_for,
-    load_image_classification_data,
-    preset_config,
-)
+from hf_vit_scaling import DataArguments, attach_transforms, collate_image_batch, load_image_classification_data
+from hf_vit_scaling.models import build_model_from_preset, image_processor_for, preset_config
+from hf_vit_scaling.throughput import ThroughputCallback
 
 
 class StepTimer(TrainerCallback):

@@ -8,7 +8,7 @@ Setup: CIFAR-sized 32x32 RGB images (random pixels, PNG-decoded PIL images as a 
 Method: what the DataLoader worker does per batch is timed over `--images` images after one warm-up batch:
 - both paths decode the PNG bytes (fresh PIL images per batch);
 - per-sample path: PIL -> RGB -> tensor -> random resized crop -> antialiased bilinear resize to 224 -> flip ->
-  normalise (hf_vit_scaling.ImageTransform), then stack: float32 (64, 3, 224, 224);
+  normalise (hf_vit_scaling.data.host_transforms.ImageTransform), then stack: float32 (64, 3, 224, 224);
 - fast path: PIL -> RGB -> uint8 tensor, then stack: uint8 (64, 3, 32, 32); resize/augment run later on the device.
 Bytes per image = the collated batch's bytes / batch size (what crosses host->device).
 """
@@ -23,8 +23,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from hf_vit_scaling import ImageTransform
-from hf_vit_scaling.fast_input import DevicePreprocessor, collate_uint8_batch, pil_to_uint8_tensor
+from hf_vit_scaling.data.decoding import pil_to_uint8_tensor
+from hf_vit_scaling.data.device_transforms import DevicePreprocessor, collate_uint8_batch
+from hf_vit_scaling.data.host_transforms import ImageTransform
 
 
 def make_png_bytes(n: int, side: int = 32) -> list[bytes]:

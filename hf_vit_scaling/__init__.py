@@ -1,11 +1,12 @@
 """hf-vit-scaling: the small package the recipes import. Everything else lives in its module (see the README's
 project structure)."""
 
-from .arguments import DataArguments, parse_args
-from .data import load_image_classification_data
+from .arguments import DataArguments, ModelArguments, parse_args
+from .data import attach_transforms, collate_image_batch, load_image_classification_data
 from .distributed import shutdown_distributed
 from .errors import TrainingStopped, UserInputError
 from .log import exit_code_for
+from .metrics import make_compute_metrics
 from .run import build_model, finish_run, prepare_inputs, prepare_world
 from .throughput import add_throughput_callback, load_throughput_report
 from .trainer import VitTrainer
@@ -14,15 +15,19 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DataArguments",
+    "ModelArguments",
     "TrainingStopped",
     "UserInputError",
     "VitTrainer",
     "add_throughput_callback",
+    "attach_transforms",
     "build_model",
+    "collate_image_batch",
     "exit_code_for",
     "finish_run",
     "load_image_classification_data",
     "load_throughput_report",
+    "make_compute_metrics",
     "parse_args",
     "prepare_inputs",
     "prepare_world",
