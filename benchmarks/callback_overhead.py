@@ -38,23 +38,42 @@ def one_run(with_report: bool, args, data) -> list[float]:
     config = preset_config(args.model_preset, data.label_names, image_size=args.image_size)
     model = build_model_from_preset(config)
     processor = image_processor_for(config)
-    splits = attach_transforms(data, config.image_size, processor.image_mean, processor.image_std,
-                               DataArguments(horizontal_flip=False, crop_scale_min=0.5))
+    splits = attach_transforms(
+        data,
+        config.image_size,
+        processor.image_mean,
+        processor.image_std,
+        DataArguments(horizontal_flip=False, crop_scale_min=0.5),
+    )
     with tempfile.TemporaryDirectory() as out:
         training_args = TrainingArguments(
-            output_dir=out, max_steps=args.steps, per_device_train_batch_size=args.batch_size, use_cpu=True,
-            report_to="none", save_strategy="no", logging_steps=50, disable_tqdm=True, remove_unused_columns=False,
-            dataloader_pin_memory=False, seed=0,
+            output_dir=out,
+            max_steps=args.steps,
+            per_device_train_batch_size=args.batch_size,
+            use_cpu=True,
+            report_to="none",
+            save_strategy="no",
+            logging_steps=50,
+            disable_tqdm=True,
+            remove_unused_columns=False,
+            dataloader_pin_memory=False,
+            seed=0,
         )
         timer = StepTimer()
-        trainer = Trainer(model=model, args=training_args, train_dataset=splits["train"],
-                          data_collator=collate_image_batch, callbacks=[timer])
+        trainer = Trainer(
+            model=model,
+            args=training_args,
+            train_dataset=splits["train"],
+            data_collator=collate_image_batch,
+            callbacks=[timer],
+        )
         if with_report:
-            trainer.callback_handler.callbacks.insert(0, ThroughputCallback(warmup_steps=args.warmup,
-                                                                            peak_tflops=1.0, print_table=False))
+            trainer.callback_handler.callbacks.insert(
+                0, ThroughputCallback(warmup_steps=args.warmup, peak_tflops=1.0, print_table=False)
+            )
         trainer.train()
     deltas = [b - a for a, b in zip(timer.ends, timer.ends[1:])]
-    return deltas[args.warmup:]
+    return deltas[args.warmup :]
 
 
 def direct_cost_per_step(n: int = 2000) -> float:
@@ -106,11 +125,20 @@ def main():
     median = {arm: statistics.median(v) for arm, v in times.items()}
     direct = direct_cost_per_step()
     result = {
-        "setup": {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
-                  "threads": torch.get_num_threads(), "torch": torch.__version__,
-                  "transformers": transformers.__version__, "model_preset": args.model_preset,
-                  "image_size": args.image_size, "batch_size": args.batch_size, "deepspeed": "none (plain Trainer)",
-                  "steps_per_run": args.steps, "warmup_dropped": args.warmup, "repeats": args.repeats},
+        "setup": {
+            "host": platform.node(),
+            "cpu": platform.processor() or platform.machine(),
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "model_preset": args.model_preset,
+            "image_size": args.image_size,
+            "batch_size": args.batch_size,
+            "deepspeed": "none (plain Trainer)",
+            "steps_per_run": args.steps,
+            "warmup_dropped": args.warmup,
+            "repeats": args.repeats,
+        },
         "median_step_s": median,
         "ratio_with_over_without": median["with"] / median["without"],
         "callback_direct_cost_s_per_step": direct,

@@ -29,13 +29,40 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def cell_command(args, ds_config: str, input_path: str, out: str) -> list[str]:
-    cmd = [sys.executable, str(REPO / "recipes" / "train_vit.py"), "--output_dir", out,
-           "--model_preset", args.model_preset, "--per_device_train_batch_size", str(args.batch_size),
-           "--max_steps", str(args.steps), "--throughput_warmup_steps", str(args.warmup),
-           "--input_path", input_path, "--ds_config", str(REPO / "ds_configs" / ds_config),
-           "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
-           "--logging_steps", str(args.steps), "--dataloader_num_workers", str(args.workers),
-           "--max_eval_samples", "64", "--learning_rate", "1e-4"]
+    cmd = [
+        sys.executable,
+        str(REPO / "recipes" / "train_vit.py"),
+        "--output_dir",
+        out,
+        "--model_preset",
+        args.model_preset,
+        "--per_device_train_batch_size",
+        str(args.batch_size),
+        "--max_steps",
+        str(args.steps),
+        "--throughput_warmup_steps",
+        str(args.warmup),
+        "--input_path",
+        input_path,
+        "--ds_config",
+        str(REPO / "ds_configs" / ds_config),
+        "--eval_strategy",
+        "no",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+        "--logging_steps",
+        str(args.steps),
+        "--dataloader_num_workers",
+        str(args.workers),
+        "--max_eval_samples",
+        "64",
+        "--learning_rate",
+        "1e-4",
+    ]
     if args.image_size:
         cmd += ["--image_size", str(args.image_size)]
     if args.bf16:
@@ -74,17 +101,21 @@ def main():
         for input_path in ("device", "per_sample"):
             out = os.path.join(args.output_dir, f"{stage}-{input_path}")
             print(f"[{len(rows) + 1}/{2 * len(args.stages.split(','))}] {stage} input={input_path}", flush=True)
-            proc = subprocess.run(cell_command(args, f"{stage}.json", input_path, out), capture_output=True,
-                                  text=True, env=env)
+            proc = subprocess.run(
+                cell_command(args, f"{stage}.json", input_path, out), capture_output=True, text=True, env=env
+            )
             row = {"ds_config": stage, "input_path": input_path, "status": "ok" if proc.returncode == 0 else "failed"}
             if proc.returncode == 0:
                 report = load_throughput_report(os.path.join(out, "throughput.json"))
-                row.update(images_per_s=report["throughput"]["images_per_s"],
-                           tflops_per_device=report["flops"]["achieved_tflops_per_device"],
-                           mfu=report["flops"]["mfu"], peak_source=report["flops"]["peak_source"],
-                           data_wait_fraction=report["step_time_s"]["data_wait_fraction"],
-                           memory_gib=report["memory"]["max_bytes"] / 2**30,
-                           device=report["setup"]["devices"][0])
+                row.update(
+                    images_per_s=report["throughput"]["images_per_s"],
+                    tflops_per_device=report["flops"]["achieved_tflops_per_device"],
+                    mfu=report["flops"]["mfu"],
+                    peak_source=report["flops"]["peak_source"],
+                    data_wait_fraction=report["step_time_s"]["data_wait_fraction"],
+                    memory_gib=report["memory"]["max_bytes"] / 2**30,
+                    device=report["setup"]["devices"][0],
+                )
             else:
                 row["error"] = proc.stderr.strip().splitlines()[-1][:200] if proc.stderr.strip() else "unknown"
             rows.append(row)
@@ -93,19 +124,24 @@ def main():
         writer = csv.DictWriter(f, fieldnames=keys)
         writer.writeheader()
         writer.writerows(rows)
-    lines = [f"{args.model_preset} at {args.image_size or 'preset'} px, batch {args.batch_size}, "
-             f"{'bf16' if args.bf16 else 'fp32'}, {args.steps} steps ({args.warmup} warm-up excluded), "
-             f"grid wall time {time.time() - start:.0f} s",
-             "", "| ds_config | input path | images/s | TFLOP/s | MFU | data wait | peak mem GiB |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"{args.model_preset} at {args.image_size or 'preset'} px, batch {args.batch_size}, "
+        f"{'bf16' if args.bf16 else 'fp32'}, {args.steps} steps ({args.warmup} warm-up excluded), "
+        f"grid wall time {time.time() - start:.0f} s",
+        "",
+        "| ds_config | input path | images/s | TFLOP/s | MFU | data wait | peak mem GiB |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if r["status"] != "ok":
             lines.append(f"| {r['ds_config']} | {r['input_path']} | failed: {r.get('error')} | | | | |")
             continue
         mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
         wait = f"{r['data_wait_fraction']:.1%}" if r["data_wait_fraction"] is not None else "n/a"
-        lines.append(f"| {r['ds_config']} | {r['input_path']} | {r['images_per_s']:.1f} | "
-                     f"{r['tflops_per_device']:.3g} | {mfu} | {wait} | {r['memory_gib']:.2f} |")
+        lines.append(
+            f"| {r['ds_config']} | {r['input_path']} | {r['images_per_s']:.1f} | "
+            f"{r['tflops_per_device']:.3g} | {mfu} | {wait} | {r['memory_gib']:.2f} |"
+        )
     text = "\n".join(lines)
     with open(os.path.join(args.output_dir, "results.md"), "w") as f:
         f.write(text + "\n")

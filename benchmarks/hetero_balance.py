@@ -28,9 +28,32 @@ from _common import report_result  # benchmarks/_common.py (scripts run as bench
 from hf_vit_scaling import load_throughput_report
 
 REPO = Path(__file__).resolve().parents[1]
-COMMON = ["--model_preset", "vit-tiny-cpu", "--image_size", "32", "--crop_scale_min", "0.5", "--horizontal_flip",
-          "false", "--learning_rate", "1e-3", "--weight_decay", "0.05", "--warmup_steps", "20", "--eval_strategy",
-          "no", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true", "--logging_steps", "50"]
+COMMON = [
+    "--model_preset",
+    "vit-tiny-cpu",
+    "--image_size",
+    "32",
+    "--crop_scale_min",
+    "0.5",
+    "--horizontal_flip",
+    "false",
+    "--learning_rate",
+    "1e-3",
+    "--weight_decay",
+    "0.05",
+    "--warmup_steps",
+    "20",
+    "--eval_strategy",
+    "no",
+    "--save_strategy",
+    "no",
+    "--report_to",
+    "none",
+    "--disable_tqdm",
+    "true",
+    "--logging_steps",
+    "50",
+]
 
 
 def launch(nproc: int, args: list[str], out: str) -> dict:
@@ -39,14 +62,22 @@ def launch(nproc: int, args: list[str], out: str) -> dict:
         cmd = [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node", str(nproc), "--master_port", "29777"]
     else:
         cmd = ["taskset", "-c", "0", sys.executable]
-    subprocess.run(cmd + [str(REPO / "recipes" / "train_vit.py"), "--output_dir", out, *COMMON, *args],
-                   check=True, capture_output=True, text=True, env=env)
+    subprocess.run(
+        cmd + [str(REPO / "recipes" / "train_vit.py"), "--output_dir", out, *COMMON, *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     report = load_throughput_report(os.path.join(out, "throughput.json"))
     with open(os.path.join(out, "all_results.json")) as f:
         results = json.load(f)
-    return {"images_per_s": report["throughput"]["images_per_s"], "eval_accuracy": results.get("eval_accuracy"),
-            "rank_batches": report["setup"]["rank_batches"],
-            "sync_wait_s": [r["est_sync_wait_s"] for r in report["ranks"]["per_rank"]]}
+    return {
+        "images_per_s": report["throughput"]["images_per_s"],
+        "eval_accuracy": results.get("eval_accuracy"),
+        "rank_batches": report["setup"]["rank_batches"],
+        "sync_wait_s": [r["est_sync_wait_s"] for r in report["ranks"]["per_rank"]],
+    }
 
 
 def main():
@@ -62,22 +93,38 @@ def main():
         for seed in seeds:
             for arm, extra in (("naive", []), ("balanced", ["--balance_batches", "calibrate"])):
                 out = os.path.join(tmp, f"{arm}-{seed}")
-                runs[arm].append(launch(2, ["--seed", str(seed), "--num_train_epochs", str(args.epochs),
-                                            "--per_device_train_batch_size", str(args.per_device_batch),
-                                            "--simulate_slow_ranks", "1:2.0",
-                                            *extra], out))
+                runs[arm].append(
+                    launch(
+                        2,
+                        [
+                            "--seed",
+                            str(seed),
+                            "--num_train_epochs",
+                            str(args.epochs),
+                            "--per_device_train_batch_size",
+                            str(args.per_device_batch),
+                            "--simulate_slow_ranks",
+                            "1:2.0",
+                            *extra,
+                        ],
+                        out,
+                    )
+                )
                 print(arm, seed, runs[arm][-1], flush=True)
         alone = {}
         for tag, extra in (("fast", []), ("slow", ["--simulate_slow_ranks", "0:2.0"])):
-            alone[tag] = launch(1, ["--max_steps", "60", "--per_device_train_batch_size",
-                                    str(2 * args.per_device_batch), *extra],
-                                os.path.join(tmp, f"alone-{tag}"))["images_per_s"]
+            alone[tag] = launch(
+                1,
+                ["--max_steps", "60", "--per_device_train_batch_size", str(2 * args.per_device_batch), *extra],
+                os.path.join(tmp, f"alone-{tag}"),
+            )["images_per_s"]
     mean = {arm: statistics.fmean(r["images_per_s"] for r in rs) for arm, rs in runs.items()}
     ideal = alone["fast"] + alone["slow"]
     result = {
-        "setup": f"2 processes x 1 thread, plain DDP (gloo), vit-tiny-cpu 32 px, global batch {2 * args.per_device_batch}, "
-                 "rank 1 slowed 2x "
-                 f"(simulated), {args.epochs} epochs of digits, seeds {seeds}",
+        "setup": "2 processes x 1 thread, plain DDP (gloo), vit-tiny-cpu 32 px, global batch "
+        f"{2 * args.per_device_batch}, "
+        "rank 1 slowed 2x "
+        f"(simulated), {args.epochs} epochs of digits, seeds {seeds}",
         "images_per_s": {**mean, "ideal": ideal, "alone_fast": alone["fast"], "alone_slow": alone["slow"]},
         "balanced_over_naive": mean["balanced"] / mean["naive"],
         "balanced_over_ideal": mean["balanced"] / ideal,

@@ -62,7 +62,7 @@ def main():
     torch.set_num_threads(1)
     torch.manual_seed(0)
     images = make_png_bytes(args.images)
-    batches = [images[i:i + args.batch_size] for i in range(0, len(images), args.batch_size)]
+    batches = [images[i : i + args.batch_size] for i in range(0, len(images), args.batch_size)]
     mean = std = [0.5, 0.5, 0.5]
     per_sample = ImageTransform(args.size, mean, std, train=True)
 
@@ -71,7 +71,8 @@ def main():
 
     def fast_batch(batch):
         return collate_uint8_batch([{"pixel_values": pil_to_uint8_tensor(img), "labels": 0} for img in decode(batch)])[
-            "pixel_values"]
+            "pixel_values"
+        ]
 
     slow_rate, slow_bytes = time_path(batches, per_sample_batch)
     fast_rate, fast_bytes = time_path(batches, fast_batch)
@@ -83,9 +84,15 @@ def main():
         device_side(uint8_batch, train=True)
     device_side_rate = 3 * len(batches[0]) / (time.perf_counter() - start)
     result = {
-        "setup": {"cpu": platform.processor() or platform.machine(), "threads": 1, "torch": torch.__version__,
-                  "source_images": "32x32 RGB PNG", "target_size": args.size, "batch_size": args.batch_size,
-                  "images_timed": args.images},
+        "setup": {
+            "cpu": platform.processor() or platform.machine(),
+            "threads": 1,
+            "torch": torch.__version__,
+            "source_images": "32x32 RGB PNG",
+            "target_size": args.size,
+            "batch_size": args.batch_size,
+            "images_timed": args.images,
+        },
         "per_sample": {"images_per_s_per_core": slow_rate, "bytes_per_image": slow_bytes},
         "fast": {"images_per_s_per_core": fast_rate, "bytes_per_image": fast_bytes},
         "speedup_host": fast_rate / slow_rate,

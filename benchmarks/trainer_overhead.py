@@ -69,22 +69,64 @@ def env(threads: int) -> dict:
 
 
 def hand_loop(args) -> float:
-    cfg = dict(preset=args.model_preset, image_size=args.image_size, batch=args.batch_size, steps=args.steps,
-               warmup=args.warmup, threads=args.threads)
-    out = subprocess.run([sys.executable, "-c", HAND_LOOP, json.dumps(cfg)], capture_output=True, text=True,
-                         env=env(args.threads), check=True).stdout
+    cfg = dict(
+        preset=args.model_preset,
+        image_size=args.image_size,
+        batch=args.batch_size,
+        steps=args.steps,
+        warmup=args.warmup,
+        threads=args.threads,
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", HAND_LOOP, json.dumps(cfg)],
+        capture_output=True,
+        text=True,
+        env=env(args.threads),
+        check=True,
+    ).stdout
     return json.loads(out.split("RESULT", 1)[1])["median_step_s"]
 
 
 def recipe(args, ds_config: str | None) -> float:
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, str(REPO / "recipes" / "train_vit.py"), "--output_dir", out,
-               "--model_preset", args.model_preset, "--image_size", str(args.image_size),
-               "--per_device_train_batch_size", str(args.batch_size), "--max_steps", str(args.steps),
-               "--throughput_warmup_steps", str(args.warmup), "--learning_rate", "1e-3", "--weight_decay", "0.05",
-               "--crop_scale_min", "0.5", "--horizontal_flip", "false", "--input_path", "device",
-               "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
-               "--logging_steps", str(args.steps), "--seed", "0"]
+        cmd = [
+            sys.executable,
+            str(REPO / "recipes" / "train_vit.py"),
+            "--output_dir",
+            out,
+            "--model_preset",
+            args.model_preset,
+            "--image_size",
+            str(args.image_size),
+            "--per_device_train_batch_size",
+            str(args.batch_size),
+            "--max_steps",
+            str(args.steps),
+            "--throughput_warmup_steps",
+            str(args.warmup),
+            "--learning_rate",
+            "1e-3",
+            "--weight_decay",
+            "0.05",
+            "--crop_scale_min",
+            "0.5",
+            "--horizontal_flip",
+            "false",
+            "--input_path",
+            "device",
+            "--eval_strategy",
+            "no",
+            "--save_strategy",
+            "no",
+            "--report_to",
+            "none",
+            "--disable_tqdm",
+            "true",
+            "--logging_steps",
+            str(args.steps),
+            "--seed",
+            "0",
+        ]
         if ds_config:
             cmd += ["--ds_config", str(REPO / "ds_configs" / ds_config)]
         subprocess.run(cmd, capture_output=True, text=True, env=env(args.threads), check=True)
@@ -103,13 +145,24 @@ def main():
     args = parser.parse_args()
     start = time.time()
     arms = {"hand_loop": hand_loop(args)}
-    for name, config in (("trainer_no_deepspeed", None), ("zero0", "zero0.json"), ("zero2", "zero2.json"),
-                         ("zero3", "zero3.json")):
+    for name, config in (
+        ("trainer_no_deepspeed", None),
+        ("zero0", "zero0.json"),
+        ("zero2", "zero2.json"),
+        ("zero3", "zero3.json"),
+    ):
         arms[name] = recipe(args, config)
     result = {
-        "setup": {"cpu": platform.processor() or platform.machine(), "threads": args.threads,
-                  "model_preset": args.model_preset, "image_size": args.image_size, "batch_size": args.batch_size,
-                  "steps": args.steps, "warmup_dropped": args.warmup, "processes": 1},
+        "setup": {
+            "cpu": platform.processor() or platform.machine(),
+            "threads": args.threads,
+            "model_preset": args.model_preset,
+            "image_size": args.image_size,
+            "batch_size": args.batch_size,
+            "steps": args.steps,
+            "warmup_dropped": args.warmup,
+            "processes": 1,
+        },
         "median_step_s": arms,
         "step_rate_ratio_vs_hand_loop": {k: arms["hand_loop"] / v for k, v in arms.items() if k != "hand_loop"},
         "wall_s": time.time() - start,

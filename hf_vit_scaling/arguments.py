@@ -29,7 +29,8 @@ class ModelArguments:
     model_name_or_path: str | None = field(
         default=None,
         metadata={
-            "help": "Hub id or local folder of a ViT checkpoint to fine-tune (e.g. google/vit-base-patch16-224-in21k). "
+            "help": "Hub id or local folder of a ViT checkpoint to fine-tune (e.g. "
+            "google/vit-base-patch16-224-in21k). "
             "A new classification head sized to the dataset replaces the checkpoint's. Exclusive with --model_preset."
         },
     )
@@ -49,8 +50,10 @@ class ModelArguments:
     )
     attn_implementation: str = field(
         default="sdpa",
-        metadata={"help": "Attention kernel: sdpa (default), eager, or flex_attention.",
-                  "choices": ["sdpa", "eager", "flex_attention"]},
+        metadata={
+            "help": "Attention kernel: sdpa (default), eager, or flex_attention.",
+            "choices": ["sdpa", "eager", "flex_attention"],
+        },
     )
     model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of --model_name_or_path."})
     cache_dir: str | None = field(default=None, metadata={"help": "Where Hub downloads are cached."})
@@ -84,7 +87,8 @@ class DataArguments:
     dataset_name: str | None = field(
         default=None,
         metadata={
-            "help": "A Hub image-classification dataset (e.g. uoft-cs/cifar10, uoft-cs/cifar100) or a folder written by "
+            "help": "A Hub image-classification dataset (e.g. uoft-cs/cifar10, uoft-cs/cifar100) or a "
+            "folder written by "
             "datasets' save_to_disk. Default (with no --train_dir either): scikit-learn's bundled digits, no network."
         },
     )
@@ -96,10 +100,12 @@ class DataArguments:
         default=None, metadata={"help": "Image folder for evaluation; without it --train_val_split carves one out."}
     )
     image_column_name: str | None = field(
-        default=None, metadata={"help": "Column holding the images. Default: detected (first Image feature, img, image)."}
+        default=None,
+        metadata={"help": "Column holding the images. Default: detected (first Image feature, img, image)."},
     )
     label_column_name: str | None = field(
-        default=None, metadata={"help": "Column holding integer/class labels. Default: detected (label, fine_label, ...)."}
+        default=None,
+        metadata={"help": "Column holding integer/class labels. Default: detected (label, fine_label, ...)."},
     )
     train_val_split: float = field(
         default=0.15, metadata={"help": "Fraction of the training split held out for evaluation when none is given."}
@@ -111,7 +117,8 @@ class DataArguments:
         default=None, metadata={"help": "Use at most this many evaluation images (after shuffling with --seed)."}
     )
     random_resized_crop: bool = field(
-        default=True, metadata={"help": "Training augmentation: random resized crop (scale from --crop_scale_min to 1)."}
+        default=True,
+        metadata={"help": "Training augmentation: random resized crop (scale from --crop_scale_min to 1)."},
     )
     crop_scale_min: float = field(
         default=0.08, metadata={"help": "Smallest crop area fraction for --random_resized_crop (torchvision: 0.08)."}
@@ -120,7 +127,8 @@ class DataArguments:
     input_path: str = field(
         default="auto",
         metadata={
-            "help": "device: uint8 batches to the device, resize/augment/normalise there, batched (fast; one image size "
+            "help": "device: uint8 batches to the device, resize/augment/normalise there, batched (fast; "
+            "one image size "
             "per batch). per_sample: resize and augment each image on the CPU (any sizes). auto: device when the "
             "images share one size.",
             "choices": ["auto", "device", "per_sample"],
@@ -144,7 +152,9 @@ class DataArguments:
         for flag in ("train_dir", "validation_dir"):
             path = getattr(self, flag)
             if path and not os.path.isdir(path):
-                raise UserInputError(f"--{flag} {path!r} is not a folder. Fix: point it at a folder of class sub-folders.")
+                raise UserInputError(
+                    f"--{flag} {path!r} is not a folder. Fix: point it at a folder of class sub-folders."
+                )
         if not 0.0 < self.train_val_split < 1.0:
             raise UserInputError(f"--train_val_split must be between 0 and 1, got {self.train_val_split}.")
         if not 0.0 < self.crop_scale_min <= 1.0:
@@ -162,7 +172,8 @@ class EngineArguments:
     ds_config: str | None = field(
         default=None,
         metadata={
-            "help": "DeepSpeed JSON config (see ds_configs/). Feeds TrainingArguments.deepspeed; without it (and without "
+            "help": "DeepSpeed JSON config (see ds_configs/). Feeds TrainingArguments.deepspeed; without "
+            "it (and without "
             "--deepspeed) the plain Trainer runs (DDP when several processes are launched)."
         },
     )
@@ -171,7 +182,8 @@ class EngineArguments:
         metadata={
             "help": "Split each training image's patch sequence over N ranks (DeepSpeed Ulysses attention); world "
             "size = data-parallel replicas x N, and the N ranks of a group share their images. Needs --ds_config "
-            "(ZeRO 0-3) and a head count divisible by N. For high resolutions, e.g. ViT-B/16 at 1024 px = 4,097 tokens."
+            "(ZeRO 0-3) and a head count divisible by N. For high resolutions, e.g. ViT-B/16 at 1024 px = "
+            "4,097 tokens."
         },
     )
 

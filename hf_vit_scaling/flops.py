@@ -250,7 +250,9 @@ def mfu(achieved_tflops: float, peak_tflops: float | None) -> float | None:
     return achieved_tflops / peak_tflops
 
 
-def device_peak_tflops(device: torch.device, precision: str, user_peak: float | None = None) -> tuple[float | None, str]:
+def device_peak_tflops(
+    device: torch.device, precision: str, user_peak: float | None = None
+) -> tuple[float | None, str]:
     """(dense peak TFLOP/s per device, where it came from): the user's value, the GPU table, a CPU matmul probe, or
     (None, "none") for an unknown accelerator."""
     if user_peak:

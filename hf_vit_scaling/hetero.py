@@ -45,8 +45,10 @@ class SlowRankSimulator:
                 logits.register_hook(lambda grad: (time.sleep(2.0 * extra), grad)[1])
             return output
 
-        return [model.register_forward_pre_hook(pre, with_kwargs=True),
-                model.register_forward_hook(post, with_kwargs=True)]
+        return [
+            model.register_forward_pre_hook(pre, with_kwargs=True),
+            model.register_forward_hook(post, with_kwargs=True),
+        ]
 
 
 def split_batch(global_batch: int, shares: list[float]) -> list[int]:
@@ -74,8 +76,15 @@ def split_batch(global_batch: int, shares: list[float]) -> list[int]:
 class UnevenBatchSampler(torch.utils.data.Sampler):
     """Batches of this rank's slice of each global batch (see the module docstring)."""
 
-    def __init__(self, dataset_size: int, sizes: list[int], rank: int, seed: int = 0, shuffle: bool = True,
-                 drop_last: bool = False):
+    def __init__(
+        self,
+        dataset_size: int,
+        sizes: list[int],
+        rank: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = False,
+    ):
         self.n, self.sizes, self.rank = dataset_size, sizes, rank
         self.global_batch = sum(sizes)
         self.seed, self.shuffle, self.drop_last = seed, shuffle, drop_last
@@ -97,10 +106,10 @@ class UnevenBatchSampler(torch.utils.data.Sampler):
     def __iter__(self):
         order = self._order()
         for k in range(len(self)):
-            chunk = order[k * self.global_batch:(k + 1) * self.global_batch]
+            chunk = order[k * self.global_batch : (k + 1) * self.global_batch]
             sizes = self.sizes if len(chunk) == self.global_batch else split_batch(len(chunk), self.sizes)
-            start = sum(sizes[:self.rank])
-            yield chunk[start:start + sizes[self.rank]]
+            start = sum(sizes[: self.rank])
+            yield chunk[start : start + sizes[self.rank]]
 
 
 def loss_weight(sizes: list[int], rank: int) -> float:

@@ -31,16 +31,25 @@ def scaled_learning_rate(base_lr: float, global_batch: int, reference_batch: int
 def apply_lr_scaling(training_args, rule: str, reference_batch: int, sequence_parallel_size: int = 1) -> dict:
     """Set `training_args.learning_rate` (and a warmup if none was given) for the run's global batch
     (N sequence-parallel ranks share their images: the batch counts world / N replicas)."""
-    global_batch = global_batch_size(training_args.per_device_train_batch_size,
-                                     training_args.gradient_accumulation_steps, training_args.world_size,
-                                     sequence_parallel_size)
+    global_batch = global_batch_size(
+        training_args.per_device_train_batch_size,
+        training_args.gradient_accumulation_steps,
+        training_args.world_size,
+        sequence_parallel_size,
+    )
     base = training_args.learning_rate
     training_args.learning_rate = scaled_learning_rate(base, global_batch, reference_batch, rule)
     if rule != "none" and not training_args.warmup_steps:
         training_args.warmup_steps = DEFAULT_SCALING_WARMUP
     _update_filled_deepspeed_lr(training_args)
-    return {"rule": rule, "base_lr": base, "reference_batch": reference_batch, "global_batch": global_batch,
-            "lr": training_args.learning_rate, "warmup_steps": training_args.warmup_steps}
+    return {
+        "rule": rule,
+        "base_lr": base,
+        "reference_batch": reference_batch,
+        "global_batch": global_batch,
+        "lr": training_args.learning_rate,
+        "warmup_steps": training_args.warmup_steps,
+    }
 
 
 def _update_filled_deepspeed_lr(training_args) -> None:

@@ -14,19 +14,50 @@ from .errors import UserInputError
 # Standard sizes: ViT-B/L/H from Dosovitskiy et al. 2021 (Table 1), Ti/S from DeiT (Touvron et al. 2021).
 MODEL_PRESETS: dict[str, dict] = {
     # A CPU-sized model for tests and the README's main job: 32 px, patch 4 -> 64 patches + CLS = 65 tokens.
-    "vit-tiny-cpu": dict(image_size=32, patch_size=4, hidden_size=96, num_hidden_layers=4, num_attention_heads=4,
-                         intermediate_size=192),
-    "vit-ti-16": dict(image_size=224, patch_size=16, hidden_size=192, num_hidden_layers=12, num_attention_heads=3,
-                      intermediate_size=768),
-    "vit-s-16": dict(image_size=224, patch_size=16, hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
-                     intermediate_size=1536),
+    "vit-tiny-cpu": dict(
+        image_size=32, patch_size=4, hidden_size=96, num_hidden_layers=4, num_attention_heads=4, intermediate_size=192
+    ),
+    "vit-ti-16": dict(
+        image_size=224,
+        patch_size=16,
+        hidden_size=192,
+        num_hidden_layers=12,
+        num_attention_heads=3,
+        intermediate_size=768,
+    ),
+    "vit-s-16": dict(
+        image_size=224,
+        patch_size=16,
+        hidden_size=384,
+        num_hidden_layers=12,
+        num_attention_heads=6,
+        intermediate_size=1536,
+    ),
     # The study's model: ViT-B/16 at 224 px, 86 M parameters.
-    "vit-b-16": dict(image_size=224, patch_size=16, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                     intermediate_size=3072),
-    "vit-l-16": dict(image_size=224, patch_size=16, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
-                     intermediate_size=4096),
-    "vit-h-14": dict(image_size=224, patch_size=14, hidden_size=1280, num_hidden_layers=32, num_attention_heads=16,
-                     intermediate_size=5120),
+    "vit-b-16": dict(
+        image_size=224,
+        patch_size=16,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=3072,
+    ),
+    "vit-l-16": dict(
+        image_size=224,
+        patch_size=16,
+        hidden_size=1024,
+        num_hidden_layers=24,
+        num_attention_heads=16,
+        intermediate_size=4096,
+    ),
+    "vit-h-14": dict(
+        image_size=224,
+        patch_size=14,
+        hidden_size=1280,
+        num_hidden_layers=32,
+        num_attention_heads=16,
+        intermediate_size=5120,
+    ),
 }
 DEFAULT_PRESET = "vit-tiny-cpu"
 HEAD_PREFIXES = ("classifier.",)
@@ -40,8 +71,13 @@ def label_maps(label_names: list[str]) -> dict:
     }
 
 
-def preset_config(preset: str, label_names: list[str], image_size: int | None = None,
-                  patch_size: int | None = None, attn_implementation: str = "sdpa") -> ViTConfig:
+def preset_config(
+    preset: str,
+    label_names: list[str],
+    image_size: int | None = None,
+    patch_size: int | None = None,
+    attn_implementation: str = "sdpa",
+) -> ViTConfig:
     """A ViTConfig for a named preset, with the dataset's labels and optional resolution overrides."""
     if preset not in MODEL_PRESETS:
         raise UserInputError(f"--model_preset {preset!r} is unknown. Fix: use one of {', '.join(MODEL_PRESETS)}.")
@@ -78,12 +114,19 @@ def image_processor_for(config: ViTConfig):
 
 def _checkpoint_files(name_or_path: str, revision: str, cache_dir: str | None) -> list[str]:
     """Weight files of a checkpoint (local or Hub): safetensors first, sharded or not, else a torch .bin."""
-    for single, index in (("model.safetensors", "model.safetensors.index.json"),
-                          ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+    for single, index in (
+        ("model.safetensors", "model.safetensors.index.json"),
+        ("pytorch_model.bin", "pytorch_model.bin.index.json"),
+    ):
         for filename in (single, index):
             try:
-                path = cached_file(name_or_path, filename, revision=revision, cache_dir=cache_dir,
-                                   _raise_exceptions_for_missing_entries=False)
+                path = cached_file(
+                    name_or_path,
+                    filename,
+                    revision=revision,
+                    cache_dir=cache_dir,
+                    _raise_exceptions_for_missing_entries=False,
+                )
             except (EntryNotFoundError, OSError):
                 path = None
             if path is None:
@@ -125,9 +168,14 @@ def interpolate_position_embeddings(state_dict: dict, config: ViTConfig, image_s
     config.image_size = image_size
 
 
-def load_model_for_finetuning(name_or_path: str, label_names: list[str], revision: str = "main",
-                              cache_dir: str | None = None, attn_implementation: str = "sdpa",
-                              image_size: int | None = None):
+def load_model_for_finetuning(
+    name_or_path: str,
+    label_names: list[str],
+    revision: str = "main",
+    cache_dir: str | None = None,
+    attn_implementation: str = "sdpa",
+    image_size: int | None = None,
+):
     """A pretrained ViT with a new head sized to `label_names`, correct under ZeRO-3 too.
 
     `ignore_mismatched_sizes=True` is not used: under ZeRO-3 the mismatched head is marked as loaded and never
@@ -135,13 +183,17 @@ def load_model_for_finetuning(name_or_path: str, label_names: list[str], revisio
     plain missing key, which transformers initialises (gathering the partitioned parameters) in every mode.
     """
     if os.path.isdir(name_or_path) and not os.path.isfile(os.path.join(name_or_path, "config.json")):
-        raise UserInputError(f"--model_name_or_path {name_or_path!r} has no config.json. Fix: pass a saved model folder.")
+        raise UserInputError(
+            f"--model_name_or_path {name_or_path!r} has no config.json. Fix: pass a saved model folder."
+        )
     config = ViTConfig.from_pretrained(name_or_path, revision=revision, cache_dir=cache_dir, **label_maps(label_names))
     state_dict = load_backbone_state_dict(name_or_path, revision, cache_dir)
     if image_size and image_size != config.image_size:  # high-resolution fine-tuning from e.g. a 224 px checkpoint
         if image_size % config.patch_size:
-            raise UserInputError(f"--image_size {image_size} is not a multiple of the checkpoint's patch size "
-                                 f"{config.patch_size}. Fix: pick a multiple of {config.patch_size}.")
+            raise UserInputError(
+                f"--image_size {image_size} is not a multiple of the checkpoint's patch size "
+                f"{config.patch_size}. Fix: pick a multiple of {config.patch_size}."
+            )
         interpolate_position_embeddings(state_dict, config, image_size)
     # With `state_dict`, transformers wants no name: the weights come from the dict, the shapes from `config`.
     return ViTForImageClassification.from_pretrained(

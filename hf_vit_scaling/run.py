@@ -16,8 +16,12 @@ from dataclasses import dataclass
 
 from transformers import AutoImageProcessor
 
-from .checkpoints import needs_universal_checkpoint, prepare_world_size_change, resolve_resume_checkpoint
-from .checkpoints import write_json_atomically
+from .checkpoints import (
+    needs_universal_checkpoint,
+    prepare_world_size_change,
+    resolve_resume_checkpoint,
+    write_json_atomically,
+)
 from .data import (
     DevicePreprocessor,
     attach_transforms,
@@ -35,8 +39,13 @@ from .learning_rate import apply_lr_scaling
 from .log import logger, setup_logging
 from .metrics import make_compute_metrics
 from .model_hooks import attach_model_hooks
-from .models import build_model_from_preset, count_parameters, image_processor_for, load_model_for_finetuning
-from .models import preset_config
+from .models import (
+    build_model_from_preset,
+    count_parameters,
+    image_processor_for,
+    load_model_for_finetuning,
+    preset_config,
+)
 from .sequence_parallel import setup_sequence_parallel
 
 

@@ -12,10 +12,32 @@ Study check (arXiv 2602.21081, CIFAR-100 on T4s): T1 = 1817.65 s, T32 = 61.32 s 
 import math
 
 RESULT_FIELDS = [
-    "cell", "study", "status", "reason", "processes", "nodes", "world_size", "per_device_batch", "grad_accum", "global_batch",
-    "ds_config", "zero_stage", "train_samples", "images_per_s", "images_per_s_per_device", "epoch_time_s",
-    "step_time_median_s", "data_wait_fraction", "mfu", "memory_max_bytes", "memory_kind", "est_sync_wait_s_total",
-    "slowest_rank", "simulated_slow_ranks", "eval_accuracy", "wall_s",
+    "cell",
+    "study",
+    "status",
+    "reason",
+    "processes",
+    "nodes",
+    "world_size",
+    "per_device_batch",
+    "grad_accum",
+    "global_batch",
+    "ds_config",
+    "zero_stage",
+    "train_samples",
+    "images_per_s",
+    "images_per_s_per_device",
+    "epoch_time_s",
+    "step_time_median_s",
+    "data_wait_fraction",
+    "mfu",
+    "memory_max_bytes",
+    "memory_kind",
+    "est_sync_wait_s_total",
+    "slowest_rank",
+    "simulated_slow_ranks",
+    "eval_accuracy",
+    "wall_s",
 ]
 
 
@@ -49,12 +71,17 @@ def add_scaling_columns(rows: list[dict], kind: str) -> list[dict]:
     kind: strong | zero (same global batch), weak (efficiency T1/TN), batch | accumulation (same per-device batch;
     with the same data, T1 / (N x TN) is the throughput ratio divided by N, the study's 2-GPU speedup per batch size).
     """
+
     def key(row):
         # Strong (and ZeRO): the global batch is fixed, so accumulation may differ between rows: not in the key.
         # Weak, batch and accumulation sweeps compare N processes with 1 at the same per-device batch.
         if kind in ("weak", "batch", "accumulation"):
-            return (str(row.get("per_device_batch")), row.get("ds_config"), str(row.get("grad_accum")),
-                    row.get("simulated_slow_ranks"))
+            return (
+                str(row.get("per_device_batch")),
+                row.get("ds_config"),
+                str(row.get("grad_accum")),
+                row.get("simulated_slow_ranks"),
+            )
         return (str(row.get("global_batch")), row.get("ds_config"), row.get("simulated_slow_ranks"))
 
     baselines: dict = {}
@@ -90,11 +117,20 @@ def markdown_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str
 
 
 STUDY_COLUMNS = [
-    ("processes", "processes", ""), ("nodes", "nodes", ""), ("per-device batch", "per_device_batch", ""),
-    ("accum", "grad_accum", ""), ("global batch", "global_batch", ""), ("ds_config", "ds_config", ""),
-    ("status", "status", ""), ("epoch time (s)", "epoch_time_s", ".4g"), ("images/s", "images_per_s", ".4g"),
-    ("speedup", "speedup", ".3g"), ("efficiency", "efficiency", ".3g"), ("peak memory (MiB)", "memory_mib", ".4g"),
-    ("data wait", "data_wait_fraction", ".1%"), ("est. sync wait (s)", "est_sync_wait_s_total", ".3g"),
+    ("processes", "processes", ""),
+    ("nodes", "nodes", ""),
+    ("per-device batch", "per_device_batch", ""),
+    ("accum", "grad_accum", ""),
+    ("global batch", "global_batch", ""),
+    ("ds_config", "ds_config", ""),
+    ("status", "status", ""),
+    ("epoch time (s)", "epoch_time_s", ".4g"),
+    ("images/s", "images_per_s", ".4g"),
+    ("speedup", "speedup", ".3g"),
+    ("efficiency", "efficiency", ".3g"),
+    ("peak memory (MiB)", "memory_mib", ".4g"),
+    ("data wait", "data_wait_fraction", ".1%"),
+    ("est. sync wait (s)", "est_sync_wait_s_total", ".3g"),
 ]
 
 
@@ -133,13 +169,20 @@ def plot_study(rows: list[dict], kind: str, path: str, caption: str) -> str | No
         x_key = "per_device_batch" if kind == "batch" else "grad_accum"
         xlabel = "per-device batch" if kind == "batch" else "gradient accumulation steps"
         for procs in sorted({int(r["processes"]) for r in ok}):
-            series = sorted((int(r[x_key]), float(r["images_per_s"]), _num(r.get("speedup")))
-                            for r in ok if int(r["processes"]) == procs)
+            series = sorted(
+                (int(r[x_key]), float(r["images_per_s"]), _num(r.get("speedup")))
+                for r in ok
+                if int(r["processes"]) == procs
+            )
             xs = [s[0] for s in series]
             ax1.plot(xs, [s[1] for s in series], "o-", label=f"{procs} process(es)")
             if procs > 1:
-                ax2.plot(xs, [s[2] if s[2] is not None else float("nan") for s in series], "o-",
-                         label=f"{procs} processes (ideal {procs})")
+                ax2.plot(
+                    xs,
+                    [s[2] if s[2] is not None else float("nan") for s in series],
+                    "o-",
+                    label=f"{procs} processes (ideal {procs})",
+                )
         ax1.set(xlabel=xlabel, ylabel="images/s", title=f"{kind} sweep: throughput")
         ax2.set(xlabel=xlabel, ylabel="speedup over 1 process", title=f"{kind} sweep: speedup")
         for ax in (ax1, ax2):

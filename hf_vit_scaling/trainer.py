@@ -132,7 +132,9 @@ class VitTrainer(Trainer):
             metrics = getattr(self, "_card_metrics", None) or next(
                 (entry for entry in reversed(self.state.log_history) if "eval_loss" in entry), {}
             )
-        shown = {k: v for k, v in metrics.items() if k.startswith("eval_") and "runtime" not in k and "per_second" not in k}
+        shown = {
+            k: v for k, v in metrics.items() if k.startswith("eval_") and "runtime" not in k and "per_second" not in k
+        }
         write_model_card(self.args.output_dir, {**self.model_card_facts, "metrics": shown})
 
     def create_model_card(self, *args, **kwargs):
@@ -191,7 +193,9 @@ class VitTrainer(Trainer):
             folder = os.path.join(self.args.output_dir, TRACE_DIRNAME)
             os.makedirs(folder, exist_ok=True)
             # Appending: a resumed run adds its steps after the interrupted run's (the last entry of a step wins).
-            self._trace_file = open(os.path.join(folder, f"rank{self.args.process_index}.jsonl"), "a", encoding="utf-8")
+            self._trace_file = open(
+                os.path.join(folder, f"rank{self.args.process_index}.jsonl"), "a", encoding="utf-8"
+            )
         record = {"step": self.state.global_step + 1, "indices": [int(i) for i in indices.tolist()]}
         self._trace_file.write(json.dumps(record) + "\n")
         self._trace_file.flush()  # in the page cache: survives a SIGKILL of this process
@@ -206,7 +210,9 @@ class VitTrainer(Trainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         self._pop_bookkeeping(inputs, model.training)
-        result = super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+        result = super().compute_loss(
+            model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+        )
         loss = result[0] if return_outputs else result
         if model.training:
             self.nonfinite.check(loss)

@@ -47,27 +47,45 @@ class StudyArguments:
     study: str = field(metadata={"help": "Which experiment: " + ", ".join(STUDIES) + ".", "choices": list(STUDIES)})
     output_dir: str = field(metadata={"help": "Folder for results.csv, report.md, plots and runs/<cell>/."})
     processes: str = field(default="1,2", metadata={"help": "Processes per node to try, comma-separated."})
-    batch_sizes: str = field(default="16,32,64,128,256",
-                             metadata={"help": "Per-device batch sizes for --study batch (the study: 16-256)."})
-    accumulation_steps: str = field(default="1,2,4,8", metadata={"help": "Accumulation steps for --study accumulation."})
+    batch_sizes: str = field(
+        default="16,32,64,128,256", metadata={"help": "Per-device batch sizes for --study batch (the study: 16-256)."}
+    )
+    accumulation_steps: str = field(
+        default="1,2,4,8", metadata={"help": "Accumulation steps for --study accumulation."}
+    )
     per_device_batch_size: int = field(default=32, metadata={"help": "Per-device batch (weak, zero, accumulation)."})
     global_batch_size: int = field(default=64, metadata={"help": "Global batch held fixed in --study strong."})
     max_per_device_batch: int = field(
-        default=256, metadata={"help": "--study strong: above this per-device batch, accumulate instead (memory)."})
+        default=256, metadata={"help": "--study strong: above this per-device batch, accumulate instead (memory)."}
+    )
     weak_fraction_per_process: float = field(
-        default=0.1, metadata={"help": "Share of the training data per process in --study weak (the study: 0.1)."})
+        default=0.1, metadata={"help": "Share of the training data per process in --study weak (the study: 0.1)."}
+    )
     ds_configs: str = field(
         default="zero0",
-        metadata={"help": "ds_configs/ names, comma-separated ('none' = plain Trainer). --study zero default: "
-                  "zero0,zero1,zero2,zero2_offload,zero3,zero3_offload."})
+        metadata={
+            "help": "ds_configs/ names, comma-separated ('none' = plain Trainer). --study zero default: "
+            "zero0,zero1,zero2,zero2_offload,zero3,zero3_offload."
+        },
+    )
     simulate_slow_ranks: str = field(
-        default="", metadata={"help": "Heterogeneity dimension: ';'-separated --simulate_slow_ranks values, 'none' "
-                              "for an unslowed cell, e.g. 'none;1:2.0'. Default: off."})
-    launcher: str = field(default="torchrun", metadata={"help": "torchrun or accelerate.",
-                                                        "choices": ["torchrun", "accelerate"]})
+        default="",
+        metadata={
+            "help": "Heterogeneity dimension: ';'-separated --simulate_slow_ranks values, 'none' "
+            "for an unslowed cell, e.g. 'none;1:2.0'. Default: off."
+        },
+    )
+    launcher: str = field(
+        default="torchrun", metadata={"help": "torchrun or accelerate.", "choices": ["torchrun", "accelerate"]}
+    )
     threads_per_process: int = field(default=1, metadata={"help": "OMP_NUM_THREADS for every process."})
-    pin_cores: bool = field(default=True, metadata={"help": "Pin each run to its first N x threads cores (taskset), "
-                                                            "so 1- and N-process runs get fair CPU shares."})
+    pin_cores: bool = field(
+        default=True,
+        metadata={
+            "help": "Pin each run to its first N x threads cores (taskset), "
+            "so 1- and N-process runs get fair CPU shares."
+        },
+    )
     nnodes: int = field(default=1, metadata={"help": "Nodes per run (multi-node: run this script on every node)."})
     node_rank: int = field(default=0, metadata={"help": "This node's rank; only node 0 writes results."})
     master_addr: str = field(default="127.0.0.1", metadata={"help": "Address of node 0 (multi-node)."})
@@ -90,16 +108,25 @@ def build_grid(a: StudyArguments) -> list[dict]:
         world = n * a.nnodes
         for ds in configs:
             for sl in slow:
-                base = dict(processes=n, world=world, ds_config=ds, slow=sl, grad_accum=1,
-                            per_device_batch=a.per_device_batch_size, fraction=None)
+                base = dict(
+                    processes=n,
+                    world=world,
+                    ds_config=ds,
+                    slow=sl,
+                    grad_accum=1,
+                    per_device_batch=a.per_device_batch_size,
+                    fraction=None,
+                )
                 if a.study == "batch":
                     grid += [dict(base, per_device_batch=b) for b in _ints(a.batch_sizes)]
                 elif a.study == "accumulation":
                     grid += [dict(base, grad_accum=k) for k in _ints(a.accumulation_steps)]
                 elif a.study == "strong":
                     if a.global_batch_size % world:
-                        raise SystemExit(f"error: --global_batch_size {a.global_batch_size} does not divide over "
-                                         f"{world} processes. Fix: pick a multiple of every process count.")
+                        raise SystemExit(
+                            f"error: --global_batch_size {a.global_batch_size} does not divide over "
+                            f"{world} processes. Fix: pick a multiple of every process count."
+                        )
                     per_device, accum = a.global_batch_size // world, 1
                     while per_device > a.max_per_device_batch and per_device % 2 == 0:
                         per_device, accum = per_device // 2, accum * 2  # same global batch, less memory
@@ -111,8 +138,10 @@ def build_grid(a: StudyArguments) -> list[dict]:
     for cell in grid:
         cell["global_batch"] = cell["per_device_batch"] * cell["grad_accum"] * cell["world"]
         slow_tag = f"-slow{cell['slow'].replace(':', 'x').replace(',', '_')}" if cell["slow"] else ""
-        cell["name"] = (f"{a.study}-n{cell['processes']}x{a.nnodes}-b{cell['per_device_batch']}-a{cell['grad_accum']}"
-                        f"-{cell['ds_config']}{slow_tag}")
+        cell["name"] = (
+            f"{a.study}-n{cell['processes']}x{a.nnodes}-b{cell['per_device_batch']}-a{cell['grad_accum']}"
+            f"-{cell['ds_config']}{slow_tag}"
+        )
     return grid
 
 
@@ -128,17 +157,55 @@ def cell_command(a: StudyArguments, cell: dict, index: int, run_dir: str, extra:
     n, threads = cell["processes"], a.threads_per_process
     port = str(a.master_port + index)
     if a.launcher == "torchrun":
-        launch = ["torchrun", "--nproc_per_node", str(n), "--nnodes", str(a.nnodes), "--node_rank", str(a.node_rank),
-                  "--master_addr", a.master_addr, "--master_port", port]
+        launch = [
+            "torchrun",
+            "--nproc_per_node",
+            str(n),
+            "--nnodes",
+            str(a.nnodes),
+            "--node_rank",
+            str(a.node_rank),
+            "--master_addr",
+            a.master_addr,
+            "--master_port",
+            port,
+        ]
     else:
-        launch = ["accelerate", "launch", "--multi_gpu", "--num_processes", str(cell["world"]), "--num_machines",
-                  str(a.nnodes), "--machine_rank", str(a.node_rank), "--main_process_ip", a.master_addr,
-                  "--main_process_port", port, "--mixed_precision", "no", "--dynamo_backend", "no"]
+        launch = [
+            "accelerate",
+            "launch",
+            "--multi_gpu",
+            "--num_processes",
+            str(cell["world"]),
+            "--num_machines",
+            str(a.nnodes),
+            "--machine_rank",
+            str(a.node_rank),
+            "--main_process_ip",
+            a.master_addr,
+            "--main_process_port",
+            port,
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+        ]
     launch[0] = str(Path(sys.executable).parent / launch[0])
     pin = ["taskset", "-c", f"0-{n * threads - 1}"] if a.pin_cores and n * threads <= (os.cpu_count() or 1) else []
-    args = ["--output_dir", run_dir, "--per_device_train_batch_size", str(cell["per_device_batch"]),
-            "--gradient_accumulation_steps", str(cell["grad_accum"]), "--save_strategy", "no",
-            "--report_to", "none", "--disable_tqdm", "true"]
+    args = [
+        "--output_dir",
+        run_dir,
+        "--per_device_train_batch_size",
+        str(cell["per_device_batch"]),
+        "--gradient_accumulation_steps",
+        str(cell["grad_accum"]),
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+    ]
     if cell["ds_config"] != "none":
         args += ["--ds_config", str(RECIPE.parents[1] / "ds_configs" / f"{cell['ds_config']}.json")]
     if cell["fraction"] is not None:
@@ -156,14 +223,23 @@ def row_from_run(cell: dict, a: StudyArguments, run_dir: str) -> dict:
     train_samples = results.get("train_samples")
     ips = t["images_per_s"]
     return dict(
-        status="ok", reason="", nodes=setup["num_nodes"], world_size=setup["world_size"], zero_stage=setup["zero_stage"], train_samples=train_samples,
-        images_per_s=ips, images_per_s_per_device=t["images_per_s_per_device"],
+        status="ok",
+        reason="",
+        nodes=setup["num_nodes"],
+        world_size=setup["world_size"],
+        zero_stage=setup["zero_stage"],
+        train_samples=train_samples,
+        images_per_s=ips,
+        images_per_s_per_device=t["images_per_s_per_device"],
         # Epoch time from the measured rate (warm-up excluded): training images / images per second.
         epoch_time_s=train_samples / ips if ips and train_samples else None,
         step_time_median_s=report["step_time_s"]["median"],
-        data_wait_fraction=report["step_time_s"]["data_wait_fraction"], mfu=report["flops"]["mfu"],
-        memory_max_bytes=report["memory"]["max_bytes"], memory_kind=report["memory"]["kind"],
-        est_sync_wait_s_total=report["ranks"]["est_sync_wait_s_total"], slowest_rank=report["ranks"]["slowest_rank"],
+        data_wait_fraction=report["step_time_s"]["data_wait_fraction"],
+        mfu=report["flops"]["mfu"],
+        memory_max_bytes=report["memory"]["max_bytes"],
+        memory_kind=report["memory"]["kind"],
+        est_sync_wait_s_total=report["ranks"]["est_sync_wait_s_total"],
+        slowest_rank=report["ranks"]["slowest_rank"],
         eval_accuracy=results.get("eval_accuracy"),
     )
 
@@ -172,7 +248,9 @@ def failure_reason(proc: subprocess.CompletedProcess | None, timed_out: bool, ti
     if timed_out:
         return f"timeout after {timeout} s"
     text = (proc.stderr or "") + (proc.stdout or "")
-    lines = [line.split("]:", 1)[-1].strip() if line.startswith("[rank") else line.strip() for line in text.splitlines()]
+    lines = [
+        line.split("]:", 1)[-1].strip() if line.startswith("[rank") else line.strip() for line in text.splitlines()
+    ]
     ours = [line for line in lines if line.startswith("error:")]  # the recipe's own message names flag and fix
     if ours:
         return ours[0][:300]
@@ -185,17 +263,26 @@ def failure_reason(proc: subprocess.CompletedProcess | None, timed_out: bool, ti
 
 def run_cell(a, cell, index, total, extra, n_train) -> dict:
     run_dir = os.path.join(a.output_dir, "runs", cell["name"])
-    base = dict(cell=cell["name"], study=a.study, processes=cell["processes"], per_device_batch=cell["per_device_batch"],
-                grad_accum=cell["grad_accum"], global_batch=cell["global_batch"], ds_config=cell["ds_config"],
-                simulated_slow_ranks=cell["slow"])
+    base = dict(
+        cell=cell["name"],
+        study=a.study,
+        processes=cell["processes"],
+        per_device_batch=cell["per_device_batch"],
+        grad_accum=cell["grad_accum"],
+        global_batch=cell["global_batch"],
+        ds_config=cell["ds_config"],
+        simulated_slow_ranks=cell["slow"],
+    )
     done = os.path.join(run_dir, REPORT_FILENAME)
     if a.node_rank == 0 and os.path.isfile(done) and os.path.isfile(os.path.join(run_dir, "all_results.json")):
         print(f"[{index + 1}/{total}] {cell['name']}: finished earlier, skipped", flush=True)
         return dict(base, **row_from_run(cell, a, run_dir), wall_s=None)
     cmd = cell_command(a, cell, index, run_dir, extra, n_train)
-    print(f"[{index + 1}/{total}] {cell['name']}: {cell['processes']} process(es) x {a.nnodes} node(s), batch "
-          f"{cell['per_device_batch']} x accum {cell['grad_accum']} = {cell['global_batch']}, {cell['ds_config']}",
-          flush=True)
+    print(
+        f"[{index + 1}/{total}] {cell['name']}: {cell['processes']} process(es) x {a.nnodes} node(s), batch "
+        f"{cell['per_device_batch']} x accum {cell['grad_accum']} = {cell['global_batch']}, {cell['ds_config']}",
+        flush=True,
+    )
     os.makedirs(run_dir, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads_per_process))
     start, proc, timed_out = time.time(), None, False
@@ -227,12 +314,14 @@ def caption(a: StudyArguments, rows: list[dict], extra: list[str]) -> str:
         ds_version = deepspeed.__version__
     except ImportError:
         ds_version = "n/a"
-    return (f"Hardware: {platform.node()}, {os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
-            f"{a.threads_per_process} thread(s) per process{', pinned' if a.pin_cores else ''}, {a.nnodes} node(s). "
-            f"Versions: torch {torch.__version__}, transformers {transformers.__version__}, deepspeed {ds_version}. "
-            f"ZeRO: {a.ds_configs if a.study != 'zero' else 'per row'}. Run arguments: {' '.join(extra) or '(defaults)'}. "
-            "Method: each cell is a separate launched run; images/s from its throughput report (warm-up steps "
-            "excluded); epoch time = training images / images/s.")
+    return (
+        f"Hardware: {platform.node()}, {os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
+        f"{a.threads_per_process} thread(s) per process{', pinned' if a.pin_cores else ''}, {a.nnodes} node(s). "
+        f"Versions: torch {torch.__version__}, transformers {transformers.__version__}, deepspeed {ds_version}. "
+        f"ZeRO: {a.ds_configs if a.study != 'zero' else 'per row'}. Run arguments: {' '.join(extra) or '(defaults)'}. "
+        "Method: each cell is a separate launched run; images/s from its throughput report (warm-up steps "
+        "excluded); epoch time = training images / images/s."
+    )
 
 
 def write_report(a: StudyArguments, rows: list[dict], extra: list[str]) -> None:
@@ -248,11 +337,13 @@ def write_report(a: StudyArguments, rows: list[dict], extra: list[str]) -> None:
         writer.writerows(rows)
     cap = caption(a, rows, extra)
     plot = plot_study(rows, kind, os.path.join(a.output_dir, f"{kind}.png"), cap)
-    definition = {"strong": "Strong scaling: fixed global batch and data; efficiency = T1 / (N x TN).",
-                  "weak": "Weak scaling: fixed per-device batch, data grows with N; efficiency = T1 / TN.",
-                  "batch": "Batch-size sweep: speedup and efficiency against 1 process at the same per-device batch.",
-                  "accumulation": "Accumulation sweep: images/s as accumulation steps grow.",
-                  "zero": "ZeRO comparison at fixed settings: throughput and peak memory per device."}[kind]
+    definition = {
+        "strong": "Strong scaling: fixed global batch and data; efficiency = T1 / (N x TN).",
+        "weak": "Weak scaling: fixed per-device batch, data grows with N; efficiency = T1 / TN.",
+        "batch": "Batch-size sweep: speedup and efficiency against 1 process at the same per-device batch.",
+        "accumulation": "Accumulation sweep: images/s as accumulation steps grow.",
+        "zero": "ZeRO comparison at fixed settings: throughput and peak memory per device.",
+    }[kind]
     failed = [r for r in rows if r.get("status") != "ok"]
     text = [f"# {kind} study", "", definition, "", markdown_table(rows, STUDY_COLUMNS), ""]
     if failed:
@@ -266,8 +357,8 @@ def write_report(a: StudyArguments, rows: list[dict], extra: list[str]) -> None:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    own = argv[:argv.index("--")] if "--" in argv else argv
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    own = argv[: argv.index("--")] if "--" in argv else argv
     (a,) = HfArgumentParser(StudyArguments).parse_args_into_dataclasses(own)
     grid = build_grid(a)
     os.makedirs(a.output_dir, exist_ok=True)

@@ -138,8 +138,6 @@ def drop_bad_examples(examples: list[dict]) -> tuple[list[dict], dict]:
     return good, extra
 
 
-
-
 def to_rgb(image: Image.Image) -> Image.Image:
     """Grayscale, palette (with or without transparency), RGBA, CMYK... -> RGB."""
     if image.mode == "RGB":

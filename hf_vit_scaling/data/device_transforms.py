@@ -1,4 +1,5 @@
-"""The device input path (fast): uint8 batches on the host, resize + augmentation + normalisation batched on the device.
+"""The device input path (fast): uint8 batches on the host;
+resize + augmentation + normalisation batched on the device.
 
 Why: resizing CIFAR-sized images to 224 px one by one on the CPU (the per-sample path, as the HF example does) and
 moving float32 224x224 tensors costs 3*224*224*4 = 602,112 bytes per image; the uint8 32x32 original is
@@ -38,8 +39,9 @@ def collate_uint8_batch(examples: list[dict]) -> dict:
     return stack_batch(examples)
 
 
-def random_crop_flip_theta(batch: int, scale_min: float | None, flip: bool, generator=None,
-                           device=None) -> torch.Tensor:
+def random_crop_flip_theta(
+    batch: int, scale_min: float | None, flip: bool, generator=None, device=None
+) -> torch.Tensor:
     """Per-sample affine matrices (B, 2, 3) for `affine_grid`: a random resized crop, optionally mirrored.
 
     In normalised coordinates ([-1, 1]) a crop of relative width w and height h centred at (cx, cy) is
@@ -64,8 +66,8 @@ def _random_crop_boxes(batch: int, scale_min: float, generator, device):
     area = torch.empty(batch, device=device).uniform_(scale_min, 1.0, generator=generator)
     log_ratio = torch.empty(batch, device=device).uniform_(math.log(3 / 4), math.log(4 / 3), generator=generator)
     ratio = torch.exp(log_ratio)
-    w = torch.sqrt(area * ratio).clamp(max=1.0)   # relative width  (1 = whole image)
-    h = torch.sqrt(area / ratio).clamp(max=1.0)   # relative height
+    w = torch.sqrt(area * ratio).clamp(max=1.0)  # relative width  (1 = whole image)
+    h = torch.sqrt(area / ratio).clamp(max=1.0)  # relative height
     cx = (torch.rand(batch, device=device, generator=generator) * 2 - 1) * (1 - w)
     cy = (torch.rand(batch, device=device, generator=generator) * 2 - 1) * (1 - h)
     return w, h, cx, cy
@@ -74,8 +76,15 @@ def _random_crop_boxes(batch: int, scale_min: float, generator, device):
 class DevicePreprocessor:
     """uint8 (B, 3, H, W) on the device -> normalised float (B, 3, S, S); augments only when the model trains."""
 
-    def __init__(self, size: int, mean, std, random_resized_crop: bool = True, crop_scale_min: float = 0.08,
-                 horizontal_flip: bool = True):
+    def __init__(
+        self,
+        size: int,
+        mean,
+        std,
+        random_resized_crop: bool = True,
+        crop_scale_min: float = 0.08,
+        horizontal_flip: bool = True,
+    ):
         self.size = size
         self.mean, self.std = mean, std
         self.crop, self.crop_scale_min, self.flip = random_resized_crop, crop_scale_min, horizontal_flip
@@ -83,8 +92,9 @@ class DevicePreprocessor:
     def __call__(self, pixels: torch.Tensor, train: bool) -> torch.Tensor:
         x = pixels.float().div_(255.0)
         if train and (self.crop or self.flip):
-            theta = random_crop_flip_theta(x.shape[0], self.crop_scale_min if self.crop else None, self.flip,
-                                           device=x.device)
+            theta = random_crop_flip_theta(
+                x.shape[0], self.crop_scale_min if self.crop else None, self.flip, device=x.device
+            )
             grid = F.affine_grid(theta, [x.shape[0], 3, self.size, self.size], align_corners=False)
             x = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
         elif x.shape[-2:] != (self.size, self.size):

@@ -40,8 +40,16 @@ def random_resized_crop_box(height: int, width: int, scale_min: float) -> tuple[
 class ImageTransform:
     """uint8/PIL image -> normalised float (3, S, S); training adds random resized crop and horizontal flip."""
 
-    def __init__(self, size: int, mean, std, train: bool, random_resized_crop: bool = True,
-                 crop_scale_min: float = 0.08, horizontal_flip: bool = True):
+    def __init__(
+        self,
+        size: int,
+        mean,
+        std,
+        train: bool,
+        random_resized_crop: bool = True,
+        crop_scale_min: float = 0.08,
+        horizontal_flip: bool = True,
+    ):
         self.size, self.train = size, train
         self.crop, self.crop_scale_min, self.flip = random_resized_crop, crop_scale_min, horizontal_flip
         self.mean = torch.tensor(mean, dtype=torch.float32).view(3, 1, 1)
@@ -63,7 +71,8 @@ class ImageTransform:
 
 
 def attach_transforms(data, size: int, mean, std, data_args) -> DatasetDict:
-    """The per-sample path: each decoded image becomes normalised float (3, S, S) on the host, augmented in training."""
+    """The per-sample path: each decoded image becomes normalised float (3, S, S) on the host, augmented "
+    "in training."""
 
     def to_pixels(train: bool) -> ImageTransform:
         return ImageTransform(

@@ -93,7 +93,8 @@ def detect_image_column(features: Features, given: str | None) -> str:
     if given:
         if given not in features:
             raise UserInputError(
-                f"--image_column_name {given!r} is not a column (columns: {', '.join(features)}). Fix: name one of them."
+                f"--image_column_name {given!r} is not a column (columns: {', '.join(features)}). Fix: "
+                "name one of them."
             )
         return given
     for name, feature in features.items():
@@ -102,27 +103,30 @@ def detect_image_column(features: Features, given: str | None) -> str:
     for name in IMAGE_COLUMN_CANDIDATES:
         if name in features:
             return name
-    raise UserInputError(
-        f"No image column found (columns: {', '.join(features)}). Fix: pass --image_column_name."
-    )
+    raise UserInputError(f"No image column found (columns: {', '.join(features)}). Fix: pass --image_column_name.")
 
 
 def _is_integer_feature(feature) -> bool:
-    return isinstance(feature, ClassLabel) or (isinstance(feature, Value) and feature.dtype.startswith(("int", "uint")))
+    return isinstance(feature, ClassLabel) or (
+        isinstance(feature, Value) and feature.dtype.startswith(("int", "uint"))
+    )
 
 
 def detect_label_column(features: Features, given: str | None) -> str:
     if given:
         if given not in features:
             raise UserInputError(
-                f"--label_column_name {given!r} is not a column (columns: {', '.join(features)}). Fix: name one of them."
+                f"--label_column_name {given!r} is not a column (columns: {', '.join(features)}). Fix: "
+                "name one of them."
             )
         name = given
     else:
         names = [n for n in LABEL_COLUMN_CANDIDATES if n in features]
         names += [n for n, f in features.items() if isinstance(f, ClassLabel) and n not in names]
         if not names:
-            raise UserInputError(f"No label column found (columns: {', '.join(features)}). Fix: pass --label_column_name.")
+            raise UserInputError(
+                f"No label column found (columns: {', '.join(features)}). Fix: pass --label_column_name."
+            )
         name = names[0]
     if not _is_integer_feature(features[name]):
         raise UserInputError(

@@ -14,18 +14,21 @@ def format_report(report: dict) -> str:
         zero += " + offload " + ", ".join(f"{k}->{v}" for k, v in s["offload"].items())
     lines = [
         "=" * 78,
-        "Throughput report" + ("   [SIMULATED slow ranks: " + str(s["simulated_slow_ranks"]) + "]"
-                               if s["simulated_slow_ranks"] else ""),
+        "Throughput report"
+        + ("   [SIMULATED slow ranks: " + str(s["simulated_slow_ranks"]) + "]" if s["simulated_slow_ranks"] else ""),
         "-" * 78,
         f"setup        {s['world_size']} process(es) on {s['num_nodes']} node(s), {zero}, {s['precision']}, "
         f"{s['image_size']} px / patch {s['patch_size']} ({s['tokens_per_image']} tokens), "
         f"{s['num_parameters'] / 1e6:.2f} M params"
-        + (f"; sequence parallel over {s['sequence_parallel_size']} ranks ({s['tokens_per_rank']} tokens per rank)"
-           if sp > 1 else ""),
-        f"batch        {s['per_device_train_batch_size']} per device x {s['gradient_accumulation_steps']} accumulation "
+        + (
+            f"; sequence parallel over {s['sequence_parallel_size']} ranks ({s['tokens_per_rank']} tokens per rank)"
+            if sp > 1
+            else ""
+        ),
+        f"batch        {s['per_device_train_batch_size']} per device x {s['gradient_accumulation_steps']} "
+        "accumulation "
         f"x {s['world_size'] // sp}{f' SP groups of {sp} ranks' if sp > 1 else ''} = {s['global_batch_size']} images "
-        "per optimizer step"
-        + (f" (balanced per rank: {s['rank_batches']})" if s["rank_batches"] else ""),
+        "per optimizer step" + (f" (balanced per rank: {s['rank_batches']})" if s["rank_batches"] else ""),
         f"images/s     {_fmt(t['images_per_s'], '.1f')} total, {_fmt(t['images_per_s_per_device'], '.1f')} per device "
         f"({t['images_measured']} images over {t['steps_measured']} steps, first {t['warmup_steps']} excluded)",
         f"step time    mean {_fmt(st['mean'], '.4f', ' s')}, median {_fmt(st['median'], '.4f', ' s')}, "
@@ -42,7 +45,8 @@ def format_report(report: dict) -> str:
     ]
     for row in rk["per_rank"]:
         lines.append(
-            f"  rank {row['rank']:<3} {row['hostname'][:16]:<16} work/step {_fmt(row['est_own_work_mean_s'], '.4f', ' s')}"
+            f"  rank {row['rank']:<3} {row['hostname'][:16]:<16} work/step "
+            f"{_fmt(row['est_own_work_mean_s'], '.4f', ' s')}"
             f"  waits {_fmt(row['est_sync_wait_s'], '.2f', ' s')} ({_fmt(row['est_sync_wait_fraction'], '.0%')})"
             f"  images {row['images']}"
         )

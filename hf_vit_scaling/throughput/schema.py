@@ -96,7 +96,10 @@ def load_throughput_report(path: str) -> dict:
     elif version != SCHEMA_VERSION:
         raise ValueError(f"{path}: throughput report schema {version!r}; this version reads 1 and {SCHEMA_VERSION}")
     missing = [
-        f"{section}.{key}" for section, keys in REPORT_SCHEMA.items() for key in keys if key not in report.get(section, {})
+        f"{section}.{key}"
+        for section, keys in REPORT_SCHEMA.items()
+        for key in keys
+        if key not in report.get(section, {})
     ]
     if missing:
         raise ValueError(f"{path}: throughput report lacks {', '.join(missing)}")

@@ -242,9 +242,9 @@ class ThroughputCallback(TrainerCallback):
             "forward_mean": _mean([self.forward[i] for i in idx]),
             # Own work before the gradient sync: data wait + forward + backward, backward ~ 2x forward
             # (Kaplan et al. 2020, sec. 2.1: training ~ 3x forward FLOPs).
-            "own_work": [
-                (0.0 if self.excluded_before[i] else self.data_wait[i]) + 3.0 * self.forward[i] for i in idx
-            ][-MAX_STEPS_GATHERED:],
+            "own_work": [(0.0 if self.excluded_before[i] else self.data_wait[i]) + 3.0 * self.forward[i] for i in idx][
+                -MAX_STEPS_GATHERED:
+            ],
             "memory": _memory(self.device_type, self.device),
             "device": _device_name(self.device),
             "hostname": platform.node(),
