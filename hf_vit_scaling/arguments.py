@@ -22,6 +22,16 @@ from .models import DEFAULT_PRESET, MODEL_PRESETS
 from .sequence_parallel import check_sequence_parallel
 
 
+def require_at_least(args, minimum: float, *flags: str) -> None:
+    """Each named field, when set, is at least `minimum`; else one error naming the flag."""
+    for flag in flags:
+        value = getattr(args, flag)
+        if value is not None and value < minimum:
+            raise UserInputError(
+                f"--{flag} must be >= {minimum}, got {value}. Fix: pass a value of {minimum} or more."
+            )
+
+
 @dataclass
 class ModelArguments:
     """Which ViT to train: a preset from scratch, or a checkpoint to fine-tune."""
@@ -69,10 +79,7 @@ class ModelArguments:
                 "--patch_size only applies to --model_preset; a checkpoint keeps its own. Fix: drop it (--image_size "
                 "works with a checkpoint: its position embeddings are interpolated)."
             )
-        for flag in ("image_size", "patch_size"):
-            value = getattr(self, flag)
-            if value is not None and value <= 0:
-                raise UserInputError(f"--{flag} must be positive, got {value}.")
+        require_at_least(self, 1, "image_size", "patch_size")
 
     @property
     def preset(self) -> str | None:
@@ -159,10 +166,7 @@ class DataArguments:
             raise UserInputError(f"--train_val_split must be between 0 and 1, got {self.train_val_split}.")
         if not 0.0 < self.crop_scale_min <= 1.0:
             raise UserInputError(f"--crop_scale_min must be in (0, 1], got {self.crop_scale_min}.")
-        for flag in ("max_train_samples", "max_eval_samples"):
-            value = getattr(self, flag)
-            if value is not None and value <= 0:
-                raise UserInputError(f"--{flag} must be a positive number of images, got {value}.")
+        require_at_least(self, 1, "max_train_samples", "max_eval_samples")
 
 
 @dataclass
@@ -187,10 +191,6 @@ class EngineArguments:
         },
     )
 
-    def __post_init__(self):
-        if self.sequence_parallel_size < 1:
-            raise UserInputError(f"--sequence_parallel_size must be >= 1, got {self.sequence_parallel_size}.")
-
 
 @dataclass
 class LearningRateArguments:
@@ -209,8 +209,7 @@ class LearningRateArguments:
     )
 
     def __post_init__(self):
-        if self.reference_batch_size <= 0:
-            raise UserInputError(f"--reference_batch_size must be positive, got {self.reference_batch_size}.")
+        require_at_least(self, 1, "reference_batch_size")
 
 
 @dataclass
@@ -250,8 +249,7 @@ class ReportArguments:
     )
 
     def __post_init__(self):
-        if self.throughput_warmup_steps < 0:
-            raise UserInputError("--throughput_warmup_steps must be >= 0.")
+        require_at_least(self, 0, "throughput_warmup_steps")
         if self.peak_tflops is not None and self.peak_tflops <= 0:
             raise UserInputError("--peak_tflops must be positive (TFLOP/s per device).")
 

@@ -12,53 +12,19 @@ from transformers.utils import cached_file, is_torchvision_available
 from .errors import UserInputError
 
 # Standard sizes: ViT-B/L/H from Dosovitskiy et al. 2021 (Table 1), Ti/S from DeiT (Touvron et al. 2021).
-MODEL_PRESETS: dict[str, dict] = {
-    # A CPU-sized model for tests and the README's main job: 32 px, patch 4 -> 64 patches + CLS = 65 tokens.
-    "vit-tiny-cpu": dict(
-        image_size=32, patch_size=4, hidden_size=96, num_hidden_layers=4, num_attention_heads=4, intermediate_size=192
-    ),
-    "vit-ti-16": dict(
-        image_size=224,
-        patch_size=16,
-        hidden_size=192,
-        num_hidden_layers=12,
-        num_attention_heads=3,
-        intermediate_size=768,
-    ),
-    "vit-s-16": dict(
-        image_size=224,
-        patch_size=16,
-        hidden_size=384,
-        num_hidden_layers=12,
-        num_attention_heads=6,
-        intermediate_size=1536,
-    ),
-    # The study's model: ViT-B/16 at 224 px, 86 M parameters.
-    "vit-b-16": dict(
-        image_size=224,
-        patch_size=16,
-        hidden_size=768,
-        num_hidden_layers=12,
-        num_attention_heads=12,
-        intermediate_size=3072,
-    ),
-    "vit-l-16": dict(
-        image_size=224,
-        patch_size=16,
-        hidden_size=1024,
-        num_hidden_layers=24,
-        num_attention_heads=16,
-        intermediate_size=4096,
-    ),
-    "vit-h-14": dict(
-        image_size=224,
-        patch_size=14,
-        hidden_size=1280,
-        num_hidden_layers=32,
-        num_attention_heads=16,
-        intermediate_size=5120,
-    ),
+# vit-tiny-cpu is CPU-sized, for tests and the README's main job: 32 px, patch 4 -> 64 patches + CLS = 65 tokens.
+# vit-b-16 is the study's model: 224 px, 86 M parameters.
+PRESET_FIELDS = ("image_size", "patch_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                 "intermediate_size")  # fmt: skip
+_PRESET_ROWS = {
+    "vit-tiny-cpu": (32, 4, 96, 4, 4, 192),
+    "vit-ti-16": (224, 16, 192, 12, 3, 768),
+    "vit-s-16": (224, 16, 384, 12, 6, 1536),
+    "vit-b-16": (224, 16, 768, 12, 12, 3072),
+    "vit-l-16": (224, 16, 1024, 24, 16, 4096),
+    "vit-h-14": (224, 14, 1280, 32, 16, 5120),
 }
+MODEL_PRESETS: dict[str, dict] = {name: dict(zip(PRESET_FIELDS, row)) for name, row in _PRESET_ROWS.items()}
 DEFAULT_PRESET = "vit-tiny-cpu"
 HEAD_PREFIXES = ("classifier.",)
 

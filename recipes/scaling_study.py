@@ -199,12 +199,7 @@ def cell_command(a: StudyArguments, cell: dict, index: int, run_dir: str, extra:
         str(cell["per_device_batch"]),
         "--gradient_accumulation_steps",
         str(cell["grad_accum"]),
-        "--save_strategy",
-        "no",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "true",
+        *"--save_strategy no --report_to none --disable_tqdm true".split(),
     ]
     if cell["ds_config"] != "none":
         args += ["--ds_config", str(RECIPE.parents[1] / "ds_configs" / f"{cell['ds_config']}.json")]

@@ -89,14 +89,17 @@ def _load_named_dataset(name: str, config_name: str | None, cache_dir: str | Non
         ) from err
 
 
+def _given_column(features: Features, given: str, flag: str) -> str:
+    if given not in features:
+        raise UserInputError(
+            f"{flag} {given!r} is not a column (columns: {', '.join(features)}). Fix: name one of them."
+        )
+    return given
+
+
 def detect_image_column(features: Features, given: str | None) -> str:
     if given:
-        if given not in features:
-            raise UserInputError(
-                f"--image_column_name {given!r} is not a column (columns: {', '.join(features)}). Fix: "
-                "name one of them."
-            )
-        return given
+        return _given_column(features, given, "--image_column_name")
     for name, feature in features.items():
         if isinstance(feature, ImageFeature):
             return name
@@ -114,12 +117,7 @@ def _is_integer_feature(feature) -> bool:
 
 def detect_label_column(features: Features, given: str | None) -> str:
     if given:
-        if given not in features:
-            raise UserInputError(
-                f"--label_column_name {given!r} is not a column (columns: {', '.join(features)}). Fix: "
-                "name one of them."
-            )
-        name = given
+        name = _given_column(features, given, "--label_column_name")
     else:
         names = [n for n in LABEL_COLUMN_CANDIDATES if n in features]
         names += [n for n, f in features.items() if isinstance(f, ClassLabel) and n not in names]
