@@ -142,12 +142,15 @@ def free_port() -> int:
 
 
 def launch_env(**extra) -> dict:
-    """This environment, cleaned of a launcher's rank variables, for CPU runs that never reach the Hub."""
+    """This environment, cleaned of a launcher's rank variables, for CPU runs that never reach the Hub. PYTHONPATH
+    starts with this checkout: a script's own folder, not the working directory, heads sys.path, so without it a
+    launched process imports whichever hf_vit_scaling is installed (an editable install of another checkout)."""
     env = dict(os.environ)
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
     env.update(DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", PYTHONWARNINGS="ignore::FutureWarning")
+               TOKENIZERS_PARALLELISM="false", PYTHONWARNINGS="ignore::FutureWarning",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     env.update(extra)
     return env
 
