@@ -1,4 +1,6 @@
-"""Helpers for tests that launch the recipe as real processes (never a faked world size inside pytest)."""
+"""The tests' shared builders and runners: data written to disk, and real processes (never a faked world size
+inside pytest). tests/unit/ use the builders; tests/launched/ also start the recipe, the study or a script in fresh
+processes through `run_recipe` / `run_script` / `run`."""
 
 import json
 import os
@@ -7,9 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+from PIL import Image
+
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "train_vit.py"
+STUDY = REPO / "recipes" / "scaling_study.py"
 DS_CONFIGS = REPO / "ds_configs"
+WORKERS = Path(__file__).resolve().parent / "launched" / "workers"
 BIN = Path(sys.executable).parent
 
 # A model small enough for seconds-long CPU runs: vit-tiny-cpu at 16 px (4x4 patches of 4 px -> 17 tokens).
@@ -21,18 +28,129 @@ TINY_ARGS = [
 ]
 
 
+# --------------------------------------------------------------------------- data on disk
+
+# (mode, (width, height)): every mode and shape the loader must turn into model-sized RGB.
+MIXED = [("RGB", (20, 12)), ("L", (9, 9)), ("P", (31, 17)), ("RGBA", (16, 40)), ("RGB", (64, 64)), ("L", (5, 7))]
+# Starts like a JPEG, is none: PIL cannot identify it.
+NOT_AN_IMAGE = b"\xff\xd8\xff\xe0 not a jpeg at all"
+TRUNCATED_BYTES = 60  # a PNG cut after its header: it opens, and fails when decoded
+
+
+def make_image_folder(root, images=MIXED, classes=("cat", "dog"), *, digits=0, corrupt=(), truncated=(),
+                      empty=False) -> Path:
+    """An image folder (one sub-folder per class) at `root`; returns `root`.
+
+    images: (mode, (width, height)) of the random-pixel PNGs 0.png, 1.png, ... written to every class folder.
+    digits: instead, the first `digits` images of scikit-learn's digits 0 and 1 (real, learnable), as {i}.png in
+        class folders "0" and "1".
+    Bad files go to the first class folder: `corrupt` names files holding NOT_AN_IMAGE, `truncated` names files
+    holding the first TRUNCATED_BYTES bytes of that folder's 0.png. empty: the first class folder holds one text
+    file and nothing else.
+    """
+    root = Path(root)
+    if empty:
+        (root / classes[0]).mkdir(parents=True, exist_ok=True)
+        (root / classes[0] / "notes.txt").write_text("no images here")
+        return root
+    if digits:
+        from sklearn.datasets import load_digits
+
+        data = load_digits(n_class=2)
+        classes = ("0", "1")
+        for i, (pixels, label) in enumerate(zip(data.images[:digits], data.target[:digits])):
+            folder = root / str(label)
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(np.clip(pixels * 16, 0, 255).astype(np.uint8)).save(folder / f"{i}.png")
+    else:
+        rng = np.random.default_rng(0)
+        for cls in classes:
+            (root / cls).mkdir(parents=True, exist_ok=True)
+            for i, (mode, size) in enumerate(images):
+                array = rng.integers(0, 255, size=(size[1], size[0], 4 if mode == "RGBA" else 3), dtype=np.uint8)
+                img = Image.fromarray(array, mode="RGBA" if mode == "RGBA" else "RGB")
+                if mode in ("L", "P"):
+                    img = img.convert(mode)
+                img.save(root / cls / f"{i}.png")
+    first = root / classes[0]
+    for name in corrupt:
+        (first / name).write_bytes(NOT_AN_IMAGE)
+    for name in truncated:
+        (first / name).write_bytes((first / "0.png").read_bytes()[:TRUNCATED_BYTES])
+    return root
+
+
+def make_saved_dataset(path, labels, label_feature=None, *, image_column="image", label_column="label",
+                       test_rows=0) -> Path:
+    """A DatasetDict written with `save_to_disk` at `path`; returns `path`. "train" holds one 6x6 grayscale image
+    per label; "test" (only when test_rows > 0) repeats the first `test_rows` rows. label_feature: a datasets
+    feature for the label column (default Value("int64"))."""
+    from datasets import Dataset, DatasetDict, Features, Value
+    from datasets import Image as ImageFeature
+
+    images = [Image.fromarray(np.full((6, 6), 40 * i % 256, dtype=np.uint8), mode="L") for i in range(len(labels))]
+    features = Features({image_column: ImageFeature(), label_column: label_feature or Value("int64")})
+    train = Dataset.from_dict({image_column: images, label_column: labels}, features=features)
+    splits = {"train": train, **({"test": train.select(range(test_rows))} if test_rows else {})}
+    DatasetDict(splits).save_to_disk(str(path))
+    return Path(path)
+
+
+def save_tiny_pretrained_vit(path, num_labels=3):
+    """A seeded 2-layer ViT (16 px, patch 4, width 32) saved with `save_pretrained` at `path`; returns the model."""
+    import torch
+    from transformers import ViTConfig, ViTForImageClassification
+
+    torch.manual_seed(0)
+    config = ViTConfig(image_size=16, patch_size=4, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                       intermediate_size=64, num_labels=num_labels)
+    model = ViTForImageClassification(config)
+    model.save_pretrained(path)
+    return model
+
+
+def read_json(path) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+# --------------------------------------------------------------------------- what a run printed and wrote
+
+
+def error_lines(stderr: str, prefix: str = "error:") -> list[str]:
+    """The user-facing error lines of a run's stderr (lines starting with `prefix`): tests require exactly one."""
+    return [line for line in stderr.splitlines() if line.startswith(prefix)]
+
+
+def printed_json(proc: subprocess.CompletedProcess) -> dict:
+    """The JSON a script printed as its last line."""
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def logged_losses(output_dir) -> list[float]:
+    state = read_json(Path(output_dir) / "trainer_state.json")
+    return [entry["loss"] for entry in state["log_history"] if "loss" in entry]
+
+
+# --------------------------------------------------------------------------- fresh processes
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def test_env(**extra) -> dict:
+def launch_env(**extra) -> dict:
+    """This environment, cleaned of a launcher's rank variables, for CPU runs that never reach the Hub. PYTHONPATH
+    starts with this checkout: a script's own folder, not the working directory, heads sys.path, so without it a
+    launched process imports whichever hf_vit_scaling is installed (an editable install of another checkout)."""
     env = dict(os.environ)
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
     env.update(DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", PYTHONWARNINGS="ignore::FutureWarning")
+               TOKENIZERS_PARALLELISM="false", PYTHONWARNINGS="ignore::FutureWarning",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     env.update(extra)
     return env
 
@@ -55,7 +173,7 @@ def launcher_cmd(launcher: str, nproc: int) -> list[str]:
 def run(cmd: list, timeout: int = 600, cwd=None, **env) -> subprocess.CompletedProcess:
     """Run a command (no retries: an abort at exit, fixed by `shutdown_distributed`, must fail the test again)."""
     return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout,
-                          env=test_env(**env), cwd=cwd or REPO)
+                          env=launch_env(**env), cwd=cwd or REPO)
 
 
 def run_recipe(output_dir, *args, launcher: str = "python", nproc: int = 1, script=RECIPE, check=True, **env):
@@ -66,11 +184,12 @@ def run_recipe(output_dir, *args, launcher: str = "python", nproc: int = 1, scri
     return proc
 
 
-def read_json(path) -> dict:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def logged_losses(output_dir) -> list[float]:
-    state = read_json(Path(output_dir) / "trainer_state.json")
-    return [entry["loss"] for entry in state["log_history"] if "loss" in entry]
+def run_script(tmp_path, name: str, code: str, *args, launcher: str = "python", nproc: int = 1,
+               timeout: int = 300) -> subprocess.CompletedProcess:
+    """Write `code` to tmp_path/name and run it in fresh process(es) started by `launcher`, from tmp_path; fail
+    with the tails of its logs unless it exits 0."""
+    script = Path(tmp_path) / name
+    script.write_text(code, encoding="utf-8")
+    proc = run([*launcher_cmd(launcher, nproc), script, *args], timeout=timeout, cwd=tmp_path)
+    assert proc.returncode == 0, f"{name} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return proc

@@ -1,9 +1,16 @@
+"""Argument parsing and validation: files of arguments, flags named in every refusal, DeepSpeed config checks, the
+Hub token kept out of the saved arguments, and the checks of a torchrun restart setup."""
+
 import json
+import os
+import pickle
 
 import pytest
 
 from hf_vit_scaling import UserInputError, load_ds_config, parse_args, parse_slow_ranks
+from hf_vit_scaling.arguments import check_restart_setup
 from hf_vit_scaling.deepspeed_config import offload_targets, zero_stage
+from tests.helpers import DS_CONFIGS
 
 
 def test_defaults_parse_and_cpu_is_chosen_without_accelerator(tmp_path):
@@ -67,9 +74,7 @@ def test_ds_config_checks(tmp_path):
 
 
 def test_shipped_configs_leave_trainer_owned_values_auto():
-    from pathlib import Path
-
-    for path in sorted(Path(__file__).resolve().parents[1].glob("ds_configs/*.json")):
+    for path in sorted(DS_CONFIGS.glob("*.json")):
         config = load_ds_config(str(path))
         for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                     "gradient_clipping"):
@@ -83,12 +88,39 @@ def test_shipped_configs_leave_trainer_owned_values_auto():
 
 
 def test_zero3_configs_gather_weights_on_save():
-    from pathlib import Path
-
-    for path in Path(__file__).resolve().parents[1].glob("ds_configs/zero3*.json"):
+    for path in DS_CONFIGS.glob("zero3*.json"):
         assert load_ds_config(str(path))["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
 
 
 def test_parse_slow_ranks():
     assert parse_slow_ranks("1:2.0,3:1.5") == {1: 2.0, 3: 1.5}
     assert parse_slow_ranks(None) == {}
+
+
+def test_hub_token_never_stays_in_the_arguments(tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    secret = "hf_unitTestToken42"
+    *_, training_args = parse_args(["--output_dir", str(tmp_path), "--hub_token", secret])
+    assert training_args.hub_token is None
+    assert secret.encode() not in pickle.dumps(training_args)  # what training_args.bin holds
+    assert os.environ["HF_TOKEN"] == secret  # where huggingface_hub finds it for the upload
+
+
+def test_skip_policy_with_accumulation_is_refused(tmp_path):
+    with pytest.raises(UserInputError, match="--gradient_accumulation_steps 1"):
+        parse_args(["--output_dir", str(tmp_path), "--on_nonfinite_loss", "skip", "--gradient_accumulation_steps", "2"])
+
+
+def test_torchrun_restarts_need_latest_and_a_fresh_store_per_attempt(tmp_path):
+    """The environment torchrun gives its workers (printed from a real torchrun worker: TORCHELASTIC_USE_AGENT_STORE
+    is True with the default static rendezvous and with c10d, False with c10d + TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1)."""
+    *_, training_args = parse_args(["--output_dir", str(tmp_path)])
+    static = {"TORCHELASTIC_MAX_RESTARTS": "1", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    fresh_store = {"TORCHELASTIC_MAX_RESTARTS": "1", "TORCHELASTIC_USE_AGENT_STORE": "False"}
+    with pytest.raises(UserInputError, match="--resume_from_checkpoint latest"):
+        check_restart_setup(training_args, fresh_store)
+    training_args.resume_from_checkpoint = "latest"
+    with pytest.raises(UserInputError, match="TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --rdzv-backend c10d"):
+        check_restart_setup(training_args, static)
+    check_restart_setup(training_args, fresh_store)  # the launch the message recommends
+    check_restart_setup(training_args, {"TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_USE_AGENT_STORE": "True"})

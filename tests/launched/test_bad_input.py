@@ -1,34 +1,13 @@
-"""Bad input: one clear message naming the flag or file and the fix, exit code 2, nothing passed off as a result."""
+"""Bad input: one clear message naming the flag or file and the fix, exit code 2, nothing passed off as a result.
+
+Each case runs the recipe in a fresh process (the refusals of --balance_batches with 2 processes under torchrun)."""
 
 import json
 
-import numpy as np
 import pytest
-from datasets import Dataset, DatasetDict, Features, Value
-from datasets import Image as ImageFeature
-from helpers import run_recipe
-from PIL import Image
+from datasets import Value
 
-
-def _saved_dataset(path, label_type="string"):
-    images = [Image.fromarray(np.full((6, 6), 30 * i, dtype=np.uint8), mode="L") for i in range(4)]
-    labels = ["a", "b", "a", "b"] if label_type == "string" else [0, 1, 0, 1]
-    ds = Dataset.from_dict({"image": images, "label": labels},
-                           features=Features({"image": ImageFeature(), "label": Value(label_type)}))
-    DatasetDict(train=ds).save_to_disk(str(path))
-    return str(path)
-
-
-def _folder(path, corrupt=False, empty=False):
-    (path / "cat").mkdir(parents=True)
-    if empty:
-        (path / "cat" / "readme.txt").write_text("nothing")
-        return str(path)
-    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(path / "cat" / "ok.png")
-    if corrupt:
-        (path / "cat" / "bad_photo.jpg").write_bytes(b"\xff\xd8\xff not really")
-    return str(path)
-
+from tests.helpers import error_lines, make_image_folder, make_saved_dataset, run_recipe
 
 CASES = {
     "missing ds_config": (lambda t: ["--ds_config", str(t / "nope.json")], ["--ds_config", "nope.json", "no such file"]),
@@ -39,11 +18,16 @@ CASES = {
                                    "gradient_accumulation_steps=4", '"auto"']),
     "unknown dataset": (lambda t: ["--dataset_name", "no-such-user/no-such-dataset"],
                         ["--dataset_name", "no-such-user/no-such-dataset", "Fix"]),
-    "unknown column": (lambda t: ["--dataset_name", _saved_dataset(t / "ds", "int64"), "--label_column_name", "lbl"],
+    "unknown column": (lambda t: ["--dataset_name", make_saved_dataset(t / "ds", [0, 1, 0, 1]),
+                                  "--label_column_name", "lbl"],
                        ["--label_column_name 'lbl'", "columns: image, label"]),
-    "string labels": (lambda t: ["--dataset_name", _saved_dataset(t / "ds")], ["'label'", "not an integer or ClassLabel"]),
-    "folder without images": (lambda t: ["--train_dir", _folder(t / "imgs", empty=True)], ["--train_dir", "holds no images"]),
-    "corrupt image": (lambda t: ["--train_dir", _folder(t / "imgs", corrupt=True), "--on_bad_image", "fail"],
+    "string labels": (lambda t: ["--dataset_name", make_saved_dataset(t / "ds", ["a", "b", "a", "b"], Value("string"))],
+                      ["'label'", "not an integer or ClassLabel"]),
+    "folder without images": (lambda t: ["--train_dir", make_image_folder(t / "imgs", classes=("cat",), empty=True)],
+                              ["--train_dir", "holds no images"]),
+    "corrupt image": (lambda t: ["--train_dir", make_image_folder(t / "imgs", [("RGB", (8, 8))], ("cat",),
+                                                                  corrupt=["bad_photo.jpg"]),
+                                 "--on_bad_image", "fail"],
                       ["bad_photo.jpg", "cannot be decoded", "--on_bad_image skip"]),
     "preset and checkpoint": (lambda t: ["--model_preset", "vit-b-16", "--model_name_or_path", "google/vit-base-patch16-224"],
                               ["--model_preset", "--model_name_or_path", "exclusive"]),
@@ -61,7 +45,7 @@ def test_bad_input_is_refused_clearly(tmp_path, case):
     out = tmp_path / "out"
     proc = run_recipe(out, *make_args(tmp_path), "--max_steps", "2", check=False)
     assert proc.returncode == 2, proc.stderr[-3000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    errors = error_lines(proc.stderr)
     assert len(errors) == 1, proc.stderr[-3000:]
     for text in expected:
         assert text in errors[0], errors[0]
@@ -81,7 +65,7 @@ def test_bad_balance_batches_is_refused_before_loading(tmp_path, args, expected)
     out = tmp_path / "out"
     proc = run_recipe(out, *args, "--max_steps", "2", launcher="torchrun", nproc=2, check=False)
     assert proc.returncode != 0
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: --balance_batches")]
+    errors = error_lines(proc.stderr, prefix="error: --balance_batches")
     assert len(errors) == 1, proc.stderr[-3000:]  # printed once, by the main process
     for text in expected:
         assert text in errors[0], errors[0]

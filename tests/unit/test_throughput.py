@@ -1,16 +1,18 @@
-import re
+"""The throughput callback driven through Trainer events in one process: warm-up excluded, evaluation not counted as
+data wait, the report's schema (and the README explaining every key), the sync-wait estimate. Runs over 2 processes
+are in tests/launched/test_throughput_launched.py."""
+
 import time
-from pathlib import Path
 
 import pytest
 import torch
-from helpers import read_json, run_recipe
 from transformers import TrainerControl, TrainerState, TrainingArguments, ViTConfig, ViTForImageClassification
 
 from hf_vit_scaling import ThroughputCallback, format_report, load_throughput_report
 from hf_vit_scaling.throughput import REPORT_SCHEMA, estimate_sync_wait
+from tests.helpers import REPO
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = REPO / "README.md"
 
 
 def test_sync_wait_against_hand_computed_values():
@@ -88,32 +90,3 @@ def test_report_has_the_documented_schema_and_readme_explains_it(tmp_path):
             assert f"`{key}`" in readme, f"README does not explain {section}.{key}"
     assert "Throughput report" in format_report(report)
     assert report["flops"]["mfu"] == pytest.approx(report["flops"]["achieved_tflops_per_device"] / 1.0)
-
-
-@pytest.mark.distributed
-def test_images_counted_with_accumulation_and_two_processes(tmp_path):
-    proc = run_recipe(tmp_path, "--ds_config", "ds_configs/zero2.json", "--max_steps", "8", "--eval_strategy", "no",
-                      "--gradient_accumulation_steps", "2", "--per_device_train_batch_size", "8",
-                      launcher="torchrun", nproc=2)
-    report = read_json(tmp_path / "throughput.json")
-    t, s = report["throughput"], report["setup"]
-    assert s["world_size"] == 2 and s["gradient_accumulation_steps"] == 2 and s["zero_stage"] == 2
-    assert s["global_batch_size"] == 8 * 2 * 2 == t["nominal_images_per_step"]
-    assert t["steps_measured"] == 8 - 2  # TINY_ARGS: --throughput_warmup_steps 2
-    assert t["images_measured"] == t["steps_measured"] * 32
-    assert [r["images"] for r in report["ranks"]["per_rank"]] == [6 * 16, 6 * 16]
-    assert proc.stdout.count("Throughput report") == 1  # printed once, by the main process
-
-
-@pytest.mark.distributed
-def test_slow_rank_is_named_and_the_other_waits(tmp_path):
-    proc = run_recipe(tmp_path, "--max_steps", "12", "--eval_strategy", "no", "--simulate_slow_ranks", "1:3.0",
-                      launcher="torchrun", nproc=2)
-    report = read_json(tmp_path / "throughput.json")
-    ranks = report["ranks"]
-    assert ranks["slowest_rank"] == 1 and ranks["fastest_rank"] == 0
-    wait = {row["rank"]: row["est_sync_wait_s"] for row in ranks["per_rank"]}
-    assert wait[0] > 0 and wait[0] > 5 * wait[1]
-    assert ranks["spread"] > 1.8  # 3x slower compute, diluted by data wait
-    assert report["setup"]["simulated_slow_ranks"] == {"1": 3.0}
-    assert re.search(r"SIMULATED slow ranks", proc.stdout)

@@ -1,4 +1,5 @@
-"""End-to-end runs of recipes/train_vit.py as real processes: every ds_config, every launcher, DDP and plain.
+"""End-to-end runs of recipes/train_vit.py as real processes: every ds_config, every launcher, DDP and plain, two
+nodes on one machine.
 
 Each test launches the recipe with torchrun / accelerate launch / deepspeed / python in subprocesses (gloo on CPU,
 DS_ACCELERATOR=cpu) and checks what it writes; saved models are reloaded in fresh processes. Outputs go to tmp_path.
@@ -9,19 +10,25 @@ Runs are kept short (tiny ViT at 16 px, 15-30 steps, 100 eval images) so the who
 import json
 import math
 import shutil
-import sys
+import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import (
+
+from tests.helpers import (
     DS_CONFIGS,
     RECIPE,
+    REPO,
     TINY_ARGS,
+    free_port,
+    launch_env,
     launcher_cmd,
     logged_losses,
+    printed_json,
     read_json,
     run,
     run_recipe,
+    run_script,
 )
 
 pytestmark = pytest.mark.distributed
@@ -42,15 +49,6 @@ def run_checked(output_dir, *args, launcher="python", nproc=1, script=RECIPE):
 
 def throughput_setup(output_dir) -> dict:
     return read_json(Path(output_dir) / "throughput.json")["setup"]
-
-
-def python_in_fresh_process(tmp_path, name: str, code: str, *args) -> dict:
-    """Write `code` to tmp_path/name, run it with this interpreter (no launcher), return the JSON it prints last."""
-    script = Path(tmp_path) / name
-    script.write_text(code, encoding="utf-8")
-    proc = run([sys.executable, script, *args], timeout=300, cwd=tmp_path)
-    assert proc.returncode == 0, f"{name} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 EVALUATE_SAVED_MODEL = '''
@@ -86,8 +84,8 @@ print(json.dumps({"accuracy": correct / len(validation), "n": len(validation), "
 
 def evaluate_saved_model(tmp_path, output_dir, recipe_args: list[str]) -> dict:
     """Top-1 accuracy of the saved model on the recipe's validation split, rebuilt by the package in a new process."""
-    return python_in_fresh_process(tmp_path, "evaluate_saved_model.py", EVALUATE_SAVED_MODEL, output_dir,
-                                   json.dumps([*TINY_ARGS, *recipe_args]))
+    return printed_json(run_script(tmp_path, "evaluate_saved_model.py", EVALUATE_SAVED_MODEL, output_dir,
+                                   json.dumps([*TINY_ARGS, *recipe_args])))
 
 
 CLASSIFY_WITH_PIPELINE = '''
@@ -118,7 +116,7 @@ with safe_open(sys.argv[1], framework="pt") as f:
 
 
 def safetensors_dtypes(tmp_path, path) -> list[str]:
-    return python_in_fresh_process(tmp_path, "safetensors_dtypes.py", SAFETENSORS_DTYPES, path)
+    return printed_json(run_script(tmp_path, "safetensors_dtypes.py", SAFETENSORS_DTYPES, path))
 
 
 # --------------------------------------------------------------------------- 1. every ds_config, 2 processes
@@ -169,7 +167,7 @@ def test_zero3_bf16_saves_bf16_weights_that_a_pipeline_loads(tmp_path, launcher,
     # stage3_gather_16bit_weights_on_model_save: the full model is gathered and saved in the training dtype.
     assert safetensors_dtypes(tmp_path, out / "model.safetensors") == ["torch.bfloat16"]
 
-    result = python_in_fresh_process(tmp_path, "classify.py", CLASSIFY_WITH_PIPELINE, out)
+    result = printed_json(run_script(tmp_path, "classify.py", CLASSIFY_WITH_PIPELINE, out))
     labels = set(result["id2label"].values())
     assert len(labels) == 10
     assert result["predictions"], result
@@ -275,3 +273,26 @@ def test_plain_ddp_two_processes(tmp_path):
     assert "no DeepSpeed, 2 process(es)" in proc.stdout
     card = (out / "README.md").read_text(encoding="utf-8")
     assert "| ds_config | none (plain Trainer) |" in card and "| world size | 2 |" in card
+
+
+# --------------------------------------------------------------------------- 8. two nodes on one machine
+
+
+def test_two_nodes_on_one_machine(tmp_path):
+    """Two torchrun invocations, --nnodes 2 with node ranks 0 and 1 over loopback, one process each."""
+    port = str(free_port())
+    procs = []
+    for node_rank in (0, 1):
+        cmd = [launcher_cmd("torchrun", 1)[0], "--nnodes", "2", "--node_rank", str(node_rank), "--nproc_per_node",
+               "1", "--master_addr", "127.0.0.1", "--master_port", port, str(RECIPE),
+               "--output_dir", str(tmp_path / f"node{node_rank}"), *TINY_ARGS, "--ds_config",
+               str(DS_CONFIGS / "zero2.json"), "--max_steps", "10", "--eval_strategy", "no",
+               "--max_eval_samples", "40"]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env=launch_env(), cwd=REPO))
+    outputs = [p.communicate(timeout=600) for p in procs]
+    for p, (_out, err) in zip(procs, outputs):
+        assert p.returncode == 0, err[-3000:]
+    report = read_json(tmp_path / "node0" / "throughput.json")
+    assert report["setup"]["num_nodes"] == 2 and report["setup"]["world_size"] == 2
+    assert not (tmp_path / "node1" / "throughput.json").exists()  # only the main process writes

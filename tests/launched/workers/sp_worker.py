@@ -1,4 +1,5 @@
-"""Worker for tests/test_sequence_parallel.py, launched as `torchrun --nproc_per_node W tests/sp_worker.py OUT.json`.
+"""Worker for tests/launched/test_sequence_parallel_launched.py, launched as
+`torchrun --nproc_per_node W tests/launched/workers/sp_worker.py OUT.json`.
 
 SP groups of 2 ranks, W / 2 data-parallel groups. Every rank builds the same tiny ViT (same seed) twice: a
 non-parallel reference and a copy with sequence parallelism. It measures, and rank 0 writes to OUT.json:

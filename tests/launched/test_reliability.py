@@ -15,20 +15,22 @@ import os
 import shutil
 
 import pytest
-from helpers import (
+from safetensors.torch import load_file
+
+from hf_vit_scaling import checkpoint_problem
+from tests.helpers import (
     BIN,
     DS_CONFIGS,
     RECIPE,
     TINY_ARGS,
+    error_lines,
     free_port,
     logged_losses,
+    make_image_folder,
     read_json,
     run,
     run_recipe,
 )
-from safetensors.torch import load_file
-
-from hf_vit_scaling import checkpoint_problem
 
 pytestmark = pytest.mark.distributed
 
@@ -150,7 +152,7 @@ def test_failed_save_keeps_previous_checkpoint_and_resume_skips_the_partial_one(
     args = [*ZERO2, *SCHEDULE, "--per_device_train_batch_size", str(2 * BATCH)]
     failed = run_recipe(out, *args, check=False, **{FAULTS: "save_fail@8"})
     assert failed.returncode == 1
-    message = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
+    message = error_lines(failed.stderr)
     assert len(message) == 1 and f"saving {out / 'checkpoint-8'} failed part-way" in message[0]
     assert f"{out / 'checkpoint-4'}, is intact" in message[0] and "--resume_from_checkpoint latest" in message[0]
     assert checkpoint_problem(out / "checkpoint-4") is None
@@ -168,7 +170,7 @@ def test_nan_loss_on_one_rank_stops_every_rank_with_one_message(tmp_path):
     proc = run_recipe(out, *ZERO2, *SCHEDULE, "--max_steps", "8", launcher="torchrun", nproc=2, check=False,
                       **{FAULTS: "nan@6:rank1"})
     assert proc.returncode != 0
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    errors = error_lines(proc.stderr)
     assert len(errors) == 1 and "non-finite training loss at step 6" in errors[0]
     assert f"Newest complete checkpoint: {out / 'checkpoint-4'}" in errors[0]
     assert checkpoint_problem(out / "checkpoint-4") is None
@@ -186,30 +188,13 @@ def test_nan_loss_skip_leaves_the_step_out_on_every_rank(tmp_path):
     assert all(bool(t.isfinite().all()) for t in weights.values())
 
 
-def _digit_folder(root, corrupt: dict) -> None:
-    """A two-class image folder of real digits (0 and 1), plus the given corrupt files in class 0."""
-    import numpy as np
-    from PIL import Image
-    from sklearn.datasets import load_digits
-
-    digits = load_digits(n_class=2)
-    for i, (pixels, label) in enumerate(zip(digits.images[:60], digits.target[:60])):
-        folder = root / str(label)
-        folder.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(np.clip(pixels * 16, 0, 255).astype(np.uint8)).save(folder / f"{i}.png")
-    for name, data in corrupt.items():
-        (root / "0" / name).write_bytes(data(root) if callable(data) else data)
-
-
-CORRUPT = {
-    "garbage.jpg": b"\xff\xd8\xff\xe0 not a jpeg at all",
-    "truncated.png": lambda root: (root / "0" / "0.png").read_bytes()[:60],
-}
+DIGITS = 60  # real digits 0 and 1, as class folders "0" and "1"
+CORRUPT, TRUNCATED = ("garbage.jpg",), ("truncated.png",)  # bad files in class "0"
 
 
 def test_corrupt_images_are_skipped_counted_and_tokens_never_written(tmp_path):
-    _digit_folder(tmp_path / "train", CORRUPT)
-    _digit_folder(tmp_path / "val", {})
+    make_image_folder(tmp_path / "train", digits=DIGITS, corrupt=CORRUPT, truncated=TRUNCATED)
+    make_image_folder(tmp_path / "val", digits=DIGITS)
     out = tmp_path / "run"
     secret = "hf_reliabilityTestToken0123456789"
     proc = run_recipe(out, "--train_dir", tmp_path / "train", "--validation_dir", tmp_path / "val",
@@ -217,7 +202,7 @@ def test_corrupt_images_are_skipped_counted_and_tokens_never_written(tmp_path):
                       "--per_device_train_batch_size", "8", HF_TOKEN=secret + "_env")
     skipped = read_json(out / "skipped_images.json")
     assert skipped["count"] == 2  # one epoch: each bad file met once
-    assert sorted(os.path.basename(b["sample"].strip("'")) for b in skipped["images"]) == sorted(CORRUPT)
+    assert sorted(os.path.basename(b["sample"].strip("'")) for b in skipped["images"]) == sorted(CORRUPT + TRUNCATED)
     assert read_json(out / "all_results.json")["train_skipped_images"] == 2
     assert "2 bad images skipped" in proc.stdout
     # The token: not in any file written (training_args.bin, checkpoints, reports, card) nor in the logs.
@@ -228,10 +213,10 @@ def test_corrupt_images_are_skipped_counted_and_tokens_never_written(tmp_path):
 
 
 def test_corrupt_image_with_fail_policy_stops_before_training_naming_it(tmp_path):
-    _digit_folder(tmp_path / "train", {"truncated.png": CORRUPT["truncated.png"]})
+    make_image_folder(tmp_path / "train", digits=DIGITS, truncated=TRUNCATED)
     out = tmp_path / "run"
     proc = run_recipe(out, "--train_dir", tmp_path / "train", "--on_bad_image", "fail", check=False)
     assert proc.returncode == 2
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    errors = error_lines(proc.stderr)
     assert len(errors) == 1 and "truncated.png" in errors[0] and "--on_bad_image skip" in errors[0]
     assert not out.exists() or not any(out.iterdir())

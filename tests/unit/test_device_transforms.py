@@ -1,8 +1,10 @@
+"""The batched transforms that run on the device (`DevicePreprocessor`, uint8 batches) against the per-sample
+ones, and the choice between the two input paths."""
+
 import numpy as np
 import pytest
 import torch
 from PIL import Image
-from test_data import MIXED, make_image_folder
 
 from hf_vit_scaling import (
     DataArguments,
@@ -14,6 +16,7 @@ from hf_vit_scaling import (
     load_image_classification_data,
 )
 from hf_vit_scaling.fast_input import pil_to_uint8_tensor, random_crop_flip_theta
+from tests.helpers import MIXED, make_image_folder
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 

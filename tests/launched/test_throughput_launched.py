@@ -1,0 +1,36 @@
+"""Throughput reports from real 2-process runs: images counted with gradient accumulation, a slow rank named."""
+
+import re
+
+import pytest
+
+from tests.helpers import read_json, run_recipe
+
+
+@pytest.mark.distributed
+def test_images_counted_with_accumulation_and_two_processes(tmp_path):
+    proc = run_recipe(tmp_path, "--ds_config", "ds_configs/zero2.json", "--max_steps", "8", "--eval_strategy", "no",
+                      "--gradient_accumulation_steps", "2", "--per_device_train_batch_size", "8",
+                      launcher="torchrun", nproc=2)
+    report = read_json(tmp_path / "throughput.json")
+    t, s = report["throughput"], report["setup"]
+    assert s["world_size"] == 2 and s["gradient_accumulation_steps"] == 2 and s["zero_stage"] == 2
+    assert s["global_batch_size"] == 8 * 2 * 2 == t["nominal_images_per_step"]
+    assert t["steps_measured"] == 8 - 2  # TINY_ARGS: --throughput_warmup_steps 2
+    assert t["images_measured"] == t["steps_measured"] * 32
+    assert [r["images"] for r in report["ranks"]["per_rank"]] == [6 * 16, 6 * 16]
+    assert proc.stdout.count("Throughput report") == 1  # printed once, by the main process
+
+
+@pytest.mark.distributed
+def test_slow_rank_is_named_and_the_other_waits(tmp_path):
+    proc = run_recipe(tmp_path, "--max_steps", "12", "--eval_strategy", "no", "--simulate_slow_ranks", "1:3.0",
+                      launcher="torchrun", nproc=2)
+    report = read_json(tmp_path / "throughput.json")
+    ranks = report["ranks"]
+    assert ranks["slowest_rank"] == 1 and ranks["fastest_rank"] == 0
+    wait = {row["rank"]: row["est_sync_wait_s"] for row in ranks["per_rank"]}
+    assert wait[0] > 0 and wait[0] > 5 * wait[1]
+    assert ranks["spread"] > 1.8  # 3x slower compute, diluted by data wait
+    assert report["setup"]["simulated_slow_ranks"] == {"1": 3.0}
+    assert re.search(r"SIMULATED slow ranks", proc.stdout)

@@ -1,0 +1,55 @@
+"""Heterogeneous ranks: per-rank batch shares, the loss weights that keep the global mean, the uneven batch
+sampler. The launched runs (equal gradients with uneven batches, the flags in --help) are in
+tests/launched/test_hetero_launched.py."""
+
+from collections import Counter
+
+import pytest
+
+from hf_vit_scaling import UnevenBatchSampler, UserInputError, loss_weight, parse_shares, split_batch
+
+
+def test_split_batch_is_proportional_and_exact():
+    assert split_batch(64, [2, 1]) == [43, 21]
+    assert split_batch(64, [1, 1]) == [32, 32]
+    assert split_batch(10, [1, 1, 1]) in ([4, 3, 3], [3, 4, 3], [3, 3, 4])
+    assert sum(split_batch(97, [0.7, 1.9, 3.3, 0.1])) == 97
+    assert min(split_batch(8, [100, 1])) == 1  # every rank gets at least one sample
+    with pytest.raises(UserInputError):
+        split_batch(1, [1, 1])
+
+
+def test_loss_weights_make_the_average_the_global_mean():
+    sizes = [43, 21]
+    # (1/W) sum_r w_r * mean_r must weight each sample by 1/B: w_r / (W * b_r) = 1 / B.
+    for r, b in enumerate(sizes):
+        assert loss_weight(sizes, r) / (len(sizes) * b) == pytest.approx(1 / sum(sizes))
+
+
+@pytest.mark.parametrize("n, sizes", [(100, [7, 3]), (103, [5, 2, 1]), (64, [32, 32])])
+def test_every_sample_once_per_epoch_with_uneven_batches(n, sizes):
+    for epoch in (0, 1):
+        seen = []
+        lengths = set()
+        for rank in range(len(sizes)):
+            sampler = UnevenBatchSampler(n, sizes, rank, seed=3)
+            sampler.set_epoch(epoch)
+            batches = list(sampler)
+            lengths.add(len(batches))
+            assert all(len(b) == sizes[rank] for b in batches[: n // sum(sizes)])
+            seen += [i for b in batches for i in b]
+        assert len(lengths) == 1  # every rank takes the same number of steps
+        assert Counter(seen) == Counter(range(n))  # each sample exactly once
+
+
+def test_epochs_reshuffle():
+    first = list(UnevenBatchSampler(50, [3, 2], 0, seed=1))
+    sampler = UnevenBatchSampler(50, [3, 2], 0, seed=1)
+    sampler.set_epoch(1)
+    assert list(sampler) != first
+
+
+def test_parse_shares():
+    assert parse_shares("1,3", 2) == [1.0, 3.0]
+    with pytest.raises(UserInputError, match="one positive share per rank"):
+        parse_shares("1,2,3", 2)

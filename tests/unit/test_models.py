@@ -1,0 +1,48 @@
+"""Model presets (published sizes, overrides, labels) and fine-tuning from a checkpoint with a new head. The same
+fine-tuning under ZeRO-3 over 2 processes is in tests/launched/test_models_zero3.py."""
+
+import pytest
+import torch
+from transformers import ViTForImageClassification
+
+from hf_vit_scaling import MODEL_PRESETS, UserInputError, count_parameters, load_model_for_finetuning, preset_config
+from tests.helpers import save_tiny_pretrained_vit
+
+LABELS = [f"class_{i}" for i in range(7)]
+
+
+def test_standard_presets_have_the_published_sizes():
+    # Parameter counts of ViT-B/16, L/16, H/14 (Dosovitskiy et al. 2021, Table 1: 86 M, 307 M, 632 M).
+    expected = {"vit-b-16": 86e6, "vit-l-16": 304e6, "vit-h-14": 632e6}
+    for name, params in expected.items():
+        config = preset_config(name, [str(i) for i in range(1000)])
+        with torch.device("meta"):
+            model = ViTForImageClassification(config)
+        assert count_parameters(model) == pytest.approx(params, rel=0.02), name
+    assert set(MODEL_PRESETS) >= {"vit-tiny-cpu", "vit-ti-16", "vit-s-16", "vit-b-16", "vit-l-16", "vit-h-14"}
+
+
+def test_preset_overrides_and_labels():
+    config = preset_config("vit-tiny-cpu", LABELS, image_size=48, patch_size=8)
+    assert (config.image_size, config.patch_size, config.num_labels) == (48, 8, 7)
+    assert config.id2label[3] == "class_3" and config.label2id["class_6"] == 6
+    with pytest.raises(UserInputError, match="--patch_size 5 does not divide --image_size 48"):
+        preset_config("vit-tiny-cpu", LABELS, image_size=48, patch_size=5)
+
+
+def test_finetuning_keeps_backbone_and_builds_a_new_head(tmp_path):
+    original = save_tiny_pretrained_vit(tmp_path / "ckpt")
+    model = load_model_for_finetuning(str(tmp_path / "ckpt"), LABELS)
+    assert model.classifier.weight.shape == (7, 32)
+    assert model.config.id2label[6] == "class_6"
+    for name, tensor in original.state_dict().items():
+        if not name.startswith("classifier."):
+            assert torch.equal(model.state_dict()[name], tensor), name
+    std = model.classifier.weight.std().item()
+    assert 0.0 < std < 0.1  # initialised (initializer_range 0.02), not garbage or zeros
+
+
+def test_folder_without_config_is_rejected(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserInputError, match="no config.json"):
+        load_model_for_finetuning(str(tmp_path / "empty"), LABELS)

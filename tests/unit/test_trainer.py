@@ -1,0 +1,100 @@
+"""`VitTrainer` pieces in one process (world size 1, no launcher): the bookkeeping fields the collator adds never
+reach the model and are recorded (bad samples, the sample trace), the per-rank loss weight, the non-finite loss
+policies, and our model card on push. Their multi-process behaviour is in tests/launched/."""
+
+import json
+
+import pytest
+import torch
+from transformers import TrainingArguments, ViTConfig, ViTForImageClassification
+
+from hf_vit_scaling import NonFiniteLossError, VitTrainer, loss_weight, render_model_card
+from hf_vit_scaling.faults import FAULTS_ENV
+from hf_vit_scaling.trainer import TRACE_DIRNAME
+
+
+@pytest.fixture
+def make_trainer(tmp_path, monkeypatch):
+    monkeypatch.delenv(FAULTS_ENV, raising=False)
+
+    def make(**kwargs) -> VitTrainer:
+        torch.manual_seed(0)
+        config = ViTConfig(image_size=8, patch_size=4, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=32, num_labels=3)
+        args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none")
+        trainer = VitTrainer(model=ViTForImageClassification(config).train(), args=args, **kwargs)
+        trainer.current_gradient_accumulation_steps = 1  # set by the training loop, read by training_step
+        return trainer
+
+    return make
+
+
+def _batch(indices=(5, 7, 1, 2), pixels=None) -> dict:
+    n = len(indices)
+    return {"pixel_values": torch.randn(n, 3, 8, 8) if pixels is None else pixels,
+            "labels": torch.arange(n) % 3, "sample_index": torch.tensor(indices)}
+
+
+def test_bookkeeping_fields_are_recorded_and_never_reach_the_model(make_trainer):
+    trainer = make_trainer(trace_samples=True)
+    model = trainer.model
+    bad = {"sample": "'broken.jpg'", "reason": "UnidentifiedImageError: x"}
+    inputs = {**_batch((5, 7)), "bad_samples": [bad]}
+    trainer.compute_loss(model, inputs)  # the model would fail on unknown keyword arguments
+    assert set(inputs) == {"pixel_values", "labels"}
+    trainer.state.global_step = 1
+    trainer.compute_loss(model, _batch((1, 2)))
+    model.eval()
+    trainer.compute_loss(model, {**_batch((9,)), "bad_samples": [bad]})  # evaluation: recorded, not traced
+    trainer.close_trace()
+    assert trainer.bad_samples == [{"split": "train", **bad}, {"split": "eval", **bad}]
+    trace = (trainer.args.output_dir + f"/{TRACE_DIRNAME}/rank0.jsonl")
+    with open(trace, encoding="utf-8") as f:
+        assert [json.loads(line) for line in f] == [{"step": 1, "indices": [5, 7]}, {"step": 2, "indices": [1, 2]}]
+
+
+def test_no_trace_unless_asked(make_trainer, tmp_path):
+    trainer = make_trainer()
+    trainer.compute_loss(trainer.model, _batch())
+    assert not (tmp_path / "out" / TRACE_DIRNAME).exists()
+
+
+def test_own_loss_weight_applies_only_without_a_global_item_count(make_trainer):
+    trainer = make_trainer()
+    model, batch = trainer.model, _batch()
+    plain = trainer.compute_loss(model, dict(batch))
+    trainer.rank_batches = [3, 1]  # this rank (0) reads 3 of every 4 images: weight b_r x W / B = 3 x 2 / 4
+    weighted = trainer.compute_loss(model, dict(batch))
+    assert loss_weight([3, 1], 0) == 1.5
+    torch.testing.assert_close(weighted, plain * 1.5)
+    # With the global item count the Trainer already weights each rank by its share: nothing is added.
+    counted = trainer.compute_loss(model, dict(batch), num_items_in_batch=torch.tensor(4))
+    torch.testing.assert_close(counted, plain)
+
+
+def test_nonfinite_loss_stop_names_the_step_and_the_newest_checkpoint(make_trainer):
+    trainer = make_trainer()
+    with pytest.raises(NonFiniteLossError, match="non-finite training loss at step 1") as err:
+        trainer.training_step(trainer.model, _batch(pixels=torch.full((4, 3, 8, 8), float("nan"))))
+    assert "Newest complete checkpoint: none" in str(err.value) and "--on_nonfinite_loss skip" in str(err.value)
+
+
+def test_nonfinite_loss_skip_drops_the_step_gradients(make_trainer, capsys):
+    trainer = make_trainer(nonfinite_policy="skip")
+    model = trainer.model
+    trainer.training_step(model, _batch(pixels=torch.full((4, 3, 8, 8), float("nan"))))
+    assert trainer.skipped_steps == [1]
+    assert all(p.grad is None for p in model.parameters())  # the optimizer step changes nothing
+    assert "step skipped on every rank" in capsys.readouterr().out
+    trainer.state.global_step = 1
+    trainer.training_step(model, _batch())
+    assert trainer.skipped_steps == [1] and all(p.grad is not None for p in model.parameters())
+
+
+def test_push_writes_our_model_card(make_trainer, tmp_path):
+    trainer = make_trainer()
+    trainer.card_info = {"model_name": "out", "model_desc": "vit-tiny-cpu trained from scratch",
+                         "dataset": "sklearn-digits", "eval_split_size": 270, "metrics": {"eval_accuracy": 0.5},
+                         "setup": {"world size": 1}, "hub_model_id": None}
+    trainer.create_model_card()
+    assert (tmp_path / "out" / "README.md").read_text(encoding="utf-8") == render_model_card(trainer.card_info)
