@@ -8,7 +8,7 @@ TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || ech
 OUTPUT_DIR ?= outputs/vit-tiny-digits-zero2
 NUM_PROCESSES ?= 2
 
-.PHONY: install train test test-fast style quality clean
+.PHONY: install train test test-fast test-unit style quality clean
 
 install: $(VENV)/.installed
 
@@ -35,6 +35,10 @@ test: install
 
 test-fast: install
 	$(VENV)/bin/python -m pytest -q tests -m "not distributed"
+
+# tests/unit only: in-process, no launched recipe runs (seconds).
+test-unit: install
+	$(VENV)/bin/python -m pytest -q tests/unit
 
 style: install
 	$(VENV)/bin/ruff check --fix . && $(VENV)/bin/ruff format .
