@@ -12,7 +12,7 @@ NUM_PROCESSES ?= $(shell if command -v nvidia-smi >/dev/null 2>&1; then \
 	else n=$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$$n" -gt 0 ] && echo $$n || echo 1; fi; \
 	else echo 2; fi)
 
-.PHONY: install train test test-fast style quality clean
+.PHONY: install train test test-fast test-unit style quality clean
 
 install: $(VENV)/.installed
 
@@ -40,6 +40,10 @@ test: install
 
 test-fast: install
 	$(VENV)/bin/python -m pytest -q tests -m "not distributed"
+
+# tests/unit only: in-process, no launched recipe runs (seconds).
+test-unit: install
+	$(VENV)/bin/python -m pytest -q tests/unit
 
 style: install
 	$(VENV)/bin/ruff check --fix . && $(VENV)/bin/ruff format .
