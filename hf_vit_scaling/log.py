@@ -14,6 +14,22 @@ from .errors import TrainingStopped, UserInputError
 logger = logging.getLogger("hf_vit_scaling")
 
 
+class _CurrentStream(logging.StreamHandler):
+    """Writes to whatever sys.stdout/sys.stderr is when a record is emitted (pytest's capture, a redirect)."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name_of_stream = name
+
+    @property
+    def stream(self):
+        return getattr(sys, self.name_of_stream)
+
+    @stream.setter
+    def stream(self, value):  # logging.StreamHandler.__init__ assigns it; the property decides
+        pass
+
+
 class _BelowError(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return record.levelno < logging.ERROR
@@ -22,10 +38,10 @@ class _BelowError(logging.Filter):
 def setup_logging(transformers_level: int | None = None) -> None:
     """Configure our logger (idempotent); optionally set transformers' verbosity (e.g. the Trainer's process level)."""
     if not logger.handlers:
-        out = logging.StreamHandler(sys.stdout)
+        out = _CurrentStream("stdout")
         out.setFormatter(logging.Formatter("%(message)s"))
         out.addFilter(_BelowError())
-        err = logging.StreamHandler(sys.stderr)
+        err = _CurrentStream("stderr")
         err.setFormatter(logging.Formatter("error: %(message)s"))
         err.setLevel(logging.ERROR)
         logger.addHandler(out)

@@ -49,8 +49,11 @@ def render_model_card(info: dict) -> str:
     """Markdown card from the facts the recipe collected (keys: see `write_model_card`)."""
     metrics = {k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in info["metrics"].items()}
     dataset = info["dataset"]
-    datasets_yaml = f"datasets:\n- {dataset}\n" if "/" in dataset and not os.path.isabs(dataset) else ""
+    # A Hub id is "owner/name"; a folder on this machine (absolute or relative) is not one.
+    is_hub_id = "/" in dataset and not os.path.isabs(dataset) and not os.path.exists(dataset)
+    datasets_yaml = f"datasets:\n- {dataset}\n" if is_hub_id else ""
     ds_config = info["setup"].get("ds_config")
+    ds_config = ds_config if isinstance(ds_config, str) and ds_config.endswith(".json") else None  # a config file
     return CARD_TEMPLATE.format(
         model_name=info["model_name"],
         model_desc=info["model_desc"],

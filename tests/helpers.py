@@ -21,10 +21,32 @@ BIN = Path(sys.executable).parent
 
 # A model small enough for seconds-long CPU runs: vit-tiny-cpu at 16 px (4x4 patches of 4 px -> 17 tokens).
 TINY_ARGS = [
-    "--model_preset", "vit-tiny-cpu", "--image_size", "16", "--per_device_train_batch_size", "16",
-    "--learning_rate", "2e-3", "--warmup_steps", "0", "--crop_scale_min", "0.5", "--horizontal_flip", "false",
-    "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true", "--seed", "0",
-    "--throughput_warmup_steps", "2", "--dataloader_num_workers", "0",
+    "--model_preset",
+    "vit-tiny-cpu",
+    "--image_size",
+    "16",
+    "--per_device_train_batch_size",
+    "16",
+    "--learning_rate",
+    "2e-3",
+    "--warmup_steps",
+    "0",
+    "--crop_scale_min",
+    "0.5",
+    "--horizontal_flip",
+    "false",
+    "--report_to",
+    "none",
+    "--save_strategy",
+    "no",
+    "--disable_tqdm",
+    "true",
+    "--seed",
+    "0",
+    "--throughput_warmup_steps",
+    "2",
+    "--dataloader_num_workers",
+    "0",
 ]
 
 
@@ -37,8 +59,9 @@ NOT_AN_IMAGE = b"\xff\xd8\xff\xe0 not a jpeg at all"
 TRUNCATED_BYTES = 60  # a PNG cut after its header: it opens, and fails when decoded
 
 
-def make_image_folder(root, images=MIXED, classes=("cat", "dog"), *, digits=0, corrupt=(), truncated=(),
-                      empty=False) -> Path:
+def make_image_folder(
+    root, images=MIXED, classes=("cat", "dog"), *, digits=0, corrupt=(), truncated=(), empty=False
+) -> Path:
     """An image folder (one sub-folder per class) at `root`; returns `root`.
 
     images: (mode, (width, height)) of the random-pixel PNGs 0.png, 1.png, ... written to every class folder.
@@ -80,8 +103,9 @@ def make_image_folder(root, images=MIXED, classes=("cat", "dog"), *, digits=0, c
     return root
 
 
-def make_saved_dataset(path, labels, label_feature=None, *, image_column="image", label_column="label",
-                       test_rows=0) -> Path:
+def make_saved_dataset(
+    path, labels, label_feature=None, *, image_column="image", label_column="label", test_rows=0
+) -> Path:
     """A DatasetDict written with `save_to_disk` at `path`; returns `path`. "train" holds one 6x6 grayscale image
     per label; "test" (only when test_rows > 0) repeats the first `test_rows` rows. label_feature: a datasets
     feature for the label column (default Value("int64"))."""
@@ -102,8 +126,15 @@ def save_tiny_pretrained_vit(path, num_labels=3):
     from transformers import ViTConfig, ViTForImageClassification
 
     torch.manual_seed(0)
-    config = ViTConfig(image_size=16, patch_size=4, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                       intermediate_size=64, num_labels=num_labels)
+    config = ViTConfig(
+        image_size=16,
+        patch_size=4,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=num_labels,
+    )
     model = ViTForImageClassification(config)
     model.save_pretrained(path)
     return model
@@ -148,9 +179,15 @@ def launch_env(**extra) -> dict:
     env = dict(os.environ)
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
-    env.update(DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", PYTHONWARNINGS="ignore::FutureWarning",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env.update(
+        DS_ACCELERATOR="cpu",
+        OMP_NUM_THREADS="1",
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONWARNINGS="ignore::FutureWarning",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    )
     env.update(extra)
     return env
 
@@ -163,8 +200,21 @@ def launcher_cmd(launcher: str, nproc: int) -> list[str]:
         return [str(BIN / "torchrun"), "--nproc_per_node", str(nproc), "--master_port", port]
     if launcher == "accelerate":
         multi = ["--multi_gpu"] if nproc > 1 else []
-        return [str(BIN / "accelerate"), "launch", *multi, "--num_processes", str(nproc), "--num_machines", "1",
-                "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", port]
+        return [
+            str(BIN / "accelerate"),
+            "launch",
+            *multi,
+            "--num_processes",
+            str(nproc),
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            "--main_process_port",
+            port,
+        ]
     if launcher == "deepspeed":
         return [str(BIN / "deepspeed"), "--num_accelerators", str(nproc), "--master_port", port]
     raise ValueError(launcher)
@@ -172,8 +222,9 @@ def launcher_cmd(launcher: str, nproc: int) -> list[str]:
 
 def run(cmd: list, timeout: int = 600, cwd=None, **env) -> subprocess.CompletedProcess:
     """Run a command (no retries: an abort at exit, fixed by `shutdown_distributed`, must fail the test again)."""
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout,
-                          env=launch_env(**env), cwd=cwd or REPO)
+    return subprocess.run(
+        [str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, env=launch_env(**env), cwd=cwd or REPO
+    )
 
 
 def run_recipe(output_dir, *args, launcher: str = "python", nproc: int = 1, script=RECIPE, check=True, **env):
@@ -184,8 +235,9 @@ def run_recipe(output_dir, *args, launcher: str = "python", nproc: int = 1, scri
     return proc
 
 
-def run_script(tmp_path, name: str, code: str, *args, launcher: str = "python", nproc: int = 1,
-               timeout: int = 300) -> subprocess.CompletedProcess:
+def run_script(
+    tmp_path, name: str, code: str, *args, launcher: str = "python", nproc: int = 1, timeout: int = 300
+) -> subprocess.CompletedProcess:
     """Write `code` to tmp_path/name and run it in fresh process(es) started by `launcher`, from tmp_path; fail
     with the tails of its logs unless it exits 0."""
     script = Path(tmp_path) / name

@@ -74,6 +74,14 @@ REPORT_SCHEMA: dict[str, dict[str, str]] = {
 }
 
 
+def schema_markdown() -> str:
+    """The schema as the Markdown table docs/throughput.md carries (a test keeps the page equal to this)."""
+    rows = ["| section | key | meaning |", "|---|---|---|"]
+    for section, keys in REPORT_SCHEMA.items():
+        rows += [f"| `{section}` | `{key}` | {meaning} |" for key, meaning in keys.items()]
+    return "\n".join(rows)
+
+
 def upgrade_v1(report: dict) -> dict:
     """Version 1 files (before sequence parallelism and the engine name) read as version 2: one rank per image,
     and the engine follows from the ZeRO stage (null: the plain Trainer)."""

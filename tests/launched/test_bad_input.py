@@ -10,27 +10,53 @@ from datasets import Value
 from tests.helpers import error_lines, make_image_folder, make_saved_dataset, run_recipe
 
 CASES = {
-    "missing ds_config": (lambda t: ["--ds_config", str(t / "nope.json")], ["--ds_config", "nope.json", "no such file"]),
-    "ds_config not JSON": (lambda t: ["--ds_config", str(t / "bad.json")], ["--ds_config", "bad.json", "not valid JSON"]),
+    "missing ds_config": (
+        lambda t: ["--ds_config", str(t / "nope.json")],
+        ["--ds_config", "nope.json", "no such file"],
+    ),
+    "ds_config not JSON": (
+        lambda t: ["--ds_config", str(t / "bad.json")],
+        ["--ds_config", "bad.json", "not valid JSON"],
+    ),
     "unknown ZeRO stage": (lambda t: ["--ds_config", str(t / "stage5.json")], ["stage is 5", "stages 0, 1, 2 and 3"]),
-    "ds_config batch conflicts": (lambda t: ["--ds_config", str(t / "conflict.json")],
-                                  ["train_micro_batch_size_per_gpu=8", "per_device_train_batch_size=16",
-                                   "gradient_accumulation_steps=4", '"auto"']),
-    "unknown dataset": (lambda t: ["--dataset_name", "no-such-user/no-such-dataset"],
-                        ["--dataset_name", "no-such-user/no-such-dataset", "Fix"]),
-    "unknown column": (lambda t: ["--dataset_name", make_saved_dataset(t / "ds", [0, 1, 0, 1]),
-                                  "--label_column_name", "lbl"],
-                       ["--label_column_name 'lbl'", "columns: image, label"]),
-    "string labels": (lambda t: ["--dataset_name", make_saved_dataset(t / "ds", ["a", "b", "a", "b"], Value("string"))],
-                      ["'label'", "not an integer or ClassLabel"]),
-    "folder without images": (lambda t: ["--train_dir", make_image_folder(t / "imgs", classes=("cat",), empty=True)],
-                              ["--train_dir", "holds no images"]),
-    "corrupt image": (lambda t: ["--train_dir", make_image_folder(t / "imgs", [("RGB", (8, 8))], ("cat",),
-                                                                  corrupt=["bad_photo.jpg"]),
-                                 "--on_bad_image", "fail"],
-                      ["bad_photo.jpg", "cannot be decoded", "--on_bad_image skip"]),
-    "preset and checkpoint": (lambda t: ["--model_preset", "vit-b-16", "--model_name_or_path", "google/vit-base-patch16-224"],
-                              ["--model_preset", "--model_name_or_path", "exclusive"]),
+    "ds_config batch conflicts": (
+        lambda t: ["--ds_config", str(t / "conflict.json")],
+        [
+            "train_micro_batch_size_per_gpu=8",
+            "per_device_train_batch_size=16",
+            "gradient_accumulation_steps=4",
+            '"auto"',
+        ],
+    ),
+    "unknown dataset": (
+        lambda t: ["--dataset_name", "no-such-user/no-such-dataset"],
+        ["--dataset_name", "no-such-user/no-such-dataset", "Fix"],
+    ),
+    "unknown column": (
+        lambda t: ["--dataset_name", make_saved_dataset(t / "ds", [0, 1, 0, 1]), "--label_column_name", "lbl"],
+        ["--label_column_name 'lbl'", "columns: image, label"],
+    ),
+    "string labels": (
+        lambda t: ["--dataset_name", make_saved_dataset(t / "ds", ["a", "b", "a", "b"], Value("string"))],
+        ["'label'", "not an integer or ClassLabel"],
+    ),
+    "folder without images": (
+        lambda t: ["--train_dir", make_image_folder(t / "imgs", classes=("cat",), empty=True)],
+        ["--train_dir", "holds no images"],
+    ),
+    "corrupt image": (
+        lambda t: [
+            "--train_dir",
+            make_image_folder(t / "imgs", [("RGB", (8, 8))], ("cat",), corrupt=["bad_photo.jpg"]),
+            "--on_bad_image",
+            "fail",
+        ],
+        ["bad_photo.jpg", "cannot be decoded", "--on_bad_image skip"],
+    ),
+    "preset and checkpoint": (
+        lambda t: ["--model_preset", "vit-b-16", "--model_name_or_path", "google/vit-base-patch16-224"],
+        ["--model_preset", "--model_name_or_path", "exclusive"],
+    ),
 }
 
 
@@ -38,9 +64,11 @@ CASES = {
 def test_bad_input_is_refused_clearly(tmp_path, case):
     (tmp_path / "bad.json").write_text("{ this is not json")
     (tmp_path / "stage5.json").write_text(json.dumps({"zero_optimization": {"stage": 5}}))
-    (tmp_path / "conflict.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 8,
-                                                        "gradient_accumulation_steps": 4,
-                                                        "zero_optimization": {"stage": 2}}))
+    (tmp_path / "conflict.json").write_text(
+        json.dumps(
+            {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 2}}
+        )
+    )
     make_args, expected = CASES[case]
     out = tmp_path / "out"
     proc = run_recipe(out, *make_args(tmp_path), "--max_steps", "2", check=False)
@@ -57,8 +85,10 @@ def test_bad_input_is_refused_clearly(tmp_path, case):
 @pytest.mark.distributed
 @pytest.mark.parametrize(
     "args, expected",
-    [(["--ds_config", "ds_configs/zero3.json", "--balance_batches", "1,2"], ["ZeRO-3", "Fix: use ZeRO-2"]),
-     (["--balance_batches", "1,2,3"], ["--balance_batches '1,2,3'", "one positive share per rank (2 ranks)"])],
+    [
+        (["--ds_config", "ds_configs/zero3.json", "--balance_batches", "1,2"], ["ZeRO-3", "Fix: use ZeRO-2"]),
+        (["--balance_batches", "1,2,3"], ["--balance_batches '1,2,3'", "one positive share per rank (2 ranks)"]),
+    ],
     ids=["zero3", "share-count"],
 )
 def test_bad_balance_batches_is_refused_before_loading(tmp_path, args, expected):

@@ -8,7 +8,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import set_seed
 
-from hf_vit_scaling import build_model_from_preset, preset_config, split_batch
+from hf_vit_scaling.hetero import split_batch
+from hf_vit_scaling.models import build_model_from_preset, preset_config
 from tests.helpers import REPO, read_json, run, run_recipe
 
 # The heterogeneity flags each recipe must list in --help: the training recipe takes both, the study sweeps slow ranks.
@@ -26,17 +27,39 @@ def test_help_lists_every_flag():
             assert flag in proc.stdout, f"{script} --help does not list {flag}"
 
 
-SGD_ONE_STEP = ["--max_steps", "1", "--optim", "sgd", "--learning_rate", "1.0", "--max_grad_norm", "0",
-                "--weight_decay", "0", "--per_device_train_batch_size", "12", "--eval_strategy", "no",
-                "--max_eval_samples", "20", "--throughput_warmup_steps", "0", "--random_resized_crop", "false"]
+SGD_ONE_STEP = [
+    "--max_steps",
+    "1",
+    "--optim",
+    "sgd",
+    "--learning_rate",
+    "1.0",
+    "--max_grad_norm",
+    "0",
+    "--weight_decay",
+    "0",
+    "--per_device_train_batch_size",
+    "12",
+    "--eval_strategy",
+    "no",
+    "--max_eval_samples",
+    "20",
+    "--throughput_warmup_steps",
+    "0",
+    "--random_resized_crop",
+    "false",
+]
 
 
 @pytest.mark.distributed
 @pytest.mark.parametrize(
     "ds_config, more",
-    [(None, []), ("zero2.json", []),
-     # Without the Trainer's global item count, VitTrainer's own loss weights b_r x W / B do the work.
-     (None, ["--average_tokens_across_devices", "false"])],
+    [
+        (None, []),
+        ("zero2.json", []),
+        # Without the Trainer's global item count, VitTrainer's own loss weights b_r x W / B do the work.
+        (None, ["--average_tokens_across_devices", "false"]),
+    ],
     ids=["ddp", "zero2", "ddp-own-weights"],
 )
 def test_uneven_batches_give_the_same_gradient(tmp_path, ds_config, more):

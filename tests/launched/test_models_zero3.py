@@ -18,12 +18,12 @@ def test_finetuning_under_zero3_two_processes(tmp_path):
     code = textwrap.dedent(f"""
         import deepspeed, torch
         from transformers import TrainingArguments
-        from hf_vit_scaling import load_model_for_finetuning
-        args = TrainingArguments(output_dir={str(tmp_path / 'out')!r}, use_cpu=True, report_to="none",
-                                 deepspeed={{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {{"stage": 3}}}})
-        model = load_model_for_finetuning({str(tmp_path / 'ckpt')!r}, {LABELS!r})
+        from hf_vit_scaling.models import load_model_for_finetuning
+        zero3 = {{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {{"stage": 3}}}}
+        args = TrainingArguments(output_dir={str(tmp_path / "out")!r}, use_cpu=True, report_to="none", deepspeed=zero3)
+        model = load_model_for_finetuning({str(tmp_path / "ckpt")!r}, {LABELS!r})
         assert hasattr(model.classifier.weight, "ds_id"), "model was not partitioned by ZeRO-3"
-        reference = torch.load({str(tmp_path / 'reference.pt')!r})
+        reference = torch.load({str(tmp_path / "reference.pt")!r})
         params = dict(model.named_parameters())
         with deepspeed.zero.GatheredParameters(list(params.values())):
             for name, p in params.items():

@@ -51,7 +51,7 @@ def throughput_setup(output_dir) -> dict:
     return read_json(Path(output_dir) / "throughput.json")["setup"]
 
 
-EVALUATE_SAVED_MODEL = '''
+EVALUATE_SAVED_MODEL = """
 import json
 import sys
 
@@ -79,16 +79,23 @@ with torch.no_grad():
         logits = model(pixel_values=batch["pixel_values"].to(model.dtype)).logits
         correct += int((logits.argmax(-1) == batch["labels"]).sum())
 print(json.dumps({"accuracy": correct / len(validation), "n": len(validation), "dtype": str(model.dtype)}))
-'''
+"""
 
 
 def evaluate_saved_model(tmp_path, output_dir, recipe_args: list[str]) -> dict:
     """Top-1 accuracy of the saved model on the recipe's validation split, rebuilt by the package in a new process."""
-    return printed_json(run_script(tmp_path, "evaluate_saved_model.py", EVALUATE_SAVED_MODEL, output_dir,
-                                   json.dumps([*TINY_ARGS, *recipe_args])))
+    return printed_json(
+        run_script(
+            tmp_path,
+            "evaluate_saved_model.py",
+            EVALUATE_SAVED_MODEL,
+            output_dir,
+            json.dumps([*TINY_ARGS, *recipe_args]),
+        )
+    )
 
 
-CLASSIFY_WITH_PIPELINE = '''
+CLASSIFY_WITH_PIPELINE = """
 import json
 import sys
 
@@ -101,10 +108,10 @@ image = Image.fromarray((np.arange(64).reshape(8, 8) * 4).astype(np.uint8), mode
 predictions = classifier(image)
 print(json.dumps({"predictions": predictions, "id2label": classifier.model.config.id2label,
                   "dtype": str(classifier.model.dtype)}))
-'''
+"""
 
 
-SAFETENSORS_DTYPES = '''
+SAFETENSORS_DTYPES = """
 import json
 import sys
 
@@ -112,7 +119,7 @@ from safetensors import safe_open
 
 with safe_open(sys.argv[1], framework="pt") as f:
     print(json.dumps(sorted({str(f.get_tensor(k).dtype) for k in f.keys()})))
-'''
+"""
 
 
 def safetensors_dtypes(tmp_path, path) -> list[str]:
@@ -145,7 +152,8 @@ def test_every_ds_config_trains_saves_and_reloads(tmp_path, ds_config):
     reloaded = evaluate_saved_model(tmp_path, out, args)
     assert reloaded["n"] == results["eval_samples"] == int(EVAL_SAMPLES)
     assert math.isclose(reloaded["accuracy"], results["eval_accuracy"], abs_tol=1 / reloaded["n"] + 1e-9), (
-        f"reloaded model scores {reloaded['accuracy']}, the run reported {results['eval_accuracy']}")
+        f"reloaded model scores {reloaded['accuracy']}, the run reported {results['eval_accuracy']}"
+    )
 
 
 # --------------------------------------------------------------------------- 2. ZeRO-3 + bf16 -> pipeline
@@ -159,8 +167,20 @@ def test_zero3_bf16_saves_bf16_weights_that_a_pipeline_loads(tmp_path, launcher,
     # to micro_batch_per_gpu * gradient_acc_step * world_size 32 != 16 * 1 * 1") unless deepspeed.comm is
     # initialised before the model is built.
     out = tmp_path / "out"
-    run_checked(out, "--ds_config", str(DS_CONFIGS / "zero3.json"), "--bf16", "true", "--max_steps", "20",
-                "--logging_steps", "5", *SHORT_RUN, launcher=launcher, nproc=nproc)
+    run_checked(
+        out,
+        "--ds_config",
+        str(DS_CONFIGS / "zero3.json"),
+        "--bf16",
+        "true",
+        "--max_steps",
+        "20",
+        "--logging_steps",
+        "5",
+        *SHORT_RUN,
+        launcher=launcher,
+        nproc=nproc,
+    )
     setup = throughput_setup(out)
     assert (setup["world_size"], setup["zero_stage"], setup["precision"]) == (nproc, 3, "bf16")
 
@@ -200,7 +220,8 @@ def test_zero0_one_process_matches_plain_trainer(tmp_path):
     # missing gradient clipping (grad norms here are 2-4, clipped to 1.0) moves the losses by 1e-3 or more.
     assert [loss for _, loss, _ in zero0] == pytest.approx([loss for _, loss, _ in plain], rel=1e-5, abs=0)
     assert read_json(tmp_path / "zero0" / "all_results.json")["eval_loss"] == pytest.approx(
-        read_json(tmp_path / "plain" / "all_results.json")["eval_loss"], rel=1e-5)
+        read_json(tmp_path / "plain" / "all_results.json")["eval_loss"], rel=1e-5
+    )
 
 
 def test_same_seed_gives_the_same_initial_model(tmp_path):
@@ -218,8 +239,17 @@ def test_same_seed_gives_the_same_initial_model(tmp_path):
 
 def test_no_launcher_with_zero2(tmp_path):
     out = tmp_path / "out"
-    proc = run_checked(out, "--ds_config", str(DS_CONFIGS / "zero2.json"), "--max_steps", "20",
-                       "--logging_steps", "5", *SHORT_RUN, launcher="python")
+    proc = run_checked(
+        out,
+        "--ds_config",
+        str(DS_CONFIGS / "zero2.json"),
+        "--max_steps",
+        "20",
+        "--logging_steps",
+        "5",
+        *SHORT_RUN,
+        launcher="python",
+    )
     setup = throughput_setup(out)
     assert (setup["world_size"], setup["zero_stage"]) == (1, 2)
     assert "ZeRO-2, 1 process(es)" in proc.stdout
@@ -229,12 +259,25 @@ def test_no_launcher_with_zero2(tmp_path):
 # --------------------------------------------------------------------------- 5. torchrun and deepspeed launchers
 
 
-@pytest.mark.parametrize("launcher,config", [("torchrun", "zero2.json"), ("deepspeed", "zero1.json")],
-                         ids=["torchrun-zero2", "deepspeed-zero1"])
+@pytest.mark.parametrize(
+    "launcher,config",
+    [("torchrun", "zero2.json"), ("deepspeed", "zero1.json")],
+    ids=["torchrun-zero2", "deepspeed-zero1"],
+)
 def test_launchers_two_processes(tmp_path, launcher, config):
     out = tmp_path / "out"
-    proc = run_checked(out, "--ds_config", str(DS_CONFIGS / config), "--max_steps", "20", "--logging_steps", "5",
-                       *SHORT_RUN, launcher=launcher, nproc=2)
+    proc = run_checked(
+        out,
+        "--ds_config",
+        str(DS_CONFIGS / config),
+        "--max_steps",
+        "20",
+        "--logging_steps",
+        "5",
+        *SHORT_RUN,
+        launcher=launcher,
+        nproc=2,
+    )
     setup = throughput_setup(out)
     assert (setup["world_size"], setup["zero_stage"]) == (2, config_stage(DS_CONFIGS / config))
     assert setup["global_batch_size"] == 32
@@ -251,8 +294,20 @@ def test_recipe_copied_elsewhere_runs(tmp_path):
     script = Path(shutil.copy(RECIPE, elsewhere / "train_vit.py"))
     out = tmp_path / "out"
     ds_config = (DS_CONFIGS / "zero2.json").resolve()
-    cmd = [*launcher_cmd("python", 1), script, "--output_dir", out, *TINY_ARGS, "--ds_config", ds_config,
-           "--max_steps", "20", "--logging_steps", "5", *SHORT_RUN]
+    cmd = [
+        *launcher_cmd("python", 1),
+        script,
+        "--output_dir",
+        out,
+        *TINY_ARGS,
+        "--ds_config",
+        ds_config,
+        "--max_steps",
+        "20",
+        "--logging_steps",
+        "5",
+        *SHORT_RUN,
+    ]
     proc = run(cmd, cwd=tmp_path)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     assert throughput_setup(out)["zero_stage"] == 2
@@ -283,13 +338,36 @@ def test_two_nodes_on_one_machine(tmp_path):
     port = str(free_port())
     procs = []
     for node_rank in (0, 1):
-        cmd = [launcher_cmd("torchrun", 1)[0], "--nnodes", "2", "--node_rank", str(node_rank), "--nproc_per_node",
-               "1", "--master_addr", "127.0.0.1", "--master_port", port, str(RECIPE),
-               "--output_dir", str(tmp_path / f"node{node_rank}"), *TINY_ARGS, "--ds_config",
-               str(DS_CONFIGS / "zero2.json"), "--max_steps", "10", "--eval_strategy", "no",
-               "--max_eval_samples", "40"]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      env=launch_env(), cwd=REPO))
+        cmd = [
+            launcher_cmd("torchrun", 1)[0],
+            "--nnodes",
+            "2",
+            "--node_rank",
+            str(node_rank),
+            "--nproc_per_node",
+            "1",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            port,
+            str(RECIPE),
+            "--output_dir",
+            str(tmp_path / f"node{node_rank}"),
+            *TINY_ARGS,
+            "--ds_config",
+            str(DS_CONFIGS / "zero2.json"),
+            "--max_steps",
+            "10",
+            "--eval_strategy",
+            "no",
+            "--max_eval_samples",
+            "40",
+        ]
+        procs.append(
+            subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=launch_env(), cwd=REPO
+            )
+        )
     outputs = [p.communicate(timeout=600) for p in procs]
     for p, (_out, err) in zip(procs, outputs):
         assert p.returncode == 0, err[-3000:]

@@ -17,7 +17,7 @@ import shutil
 import pytest
 from safetensors.torch import load_file
 
-from hf_vit_scaling import checkpoint_problem
+from hf_vit_scaling.checkpoints import checkpoint_problem
 from tests.helpers import (
     BIN,
     DS_CONFIGS,
@@ -36,9 +36,24 @@ pytestmark = pytest.mark.distributed
 
 STEPS, SAVE_EVERY, KILL_AT, IMAGES, BATCH = 14, 4, 11, 192, 16
 EPOCH_2 = range(7, 13)
-SCHEDULE = ["--max_train_samples", str(IMAGES), "--max_eval_samples", "64", "--max_steps", str(STEPS),
-            "--save_strategy", "steps", "--save_steps", str(SAVE_EVERY), "--logging_steps", "1",
-            "--random_resized_crop", "false", "--trace_samples", "true"]
+SCHEDULE = [
+    "--max_train_samples",
+    str(IMAGES),
+    "--max_eval_samples",
+    "64",
+    "--max_steps",
+    str(STEPS),
+    "--save_strategy",
+    "steps",
+    "--save_steps",
+    str(SAVE_EVERY),
+    "--logging_steps",
+    "1",
+    "--random_resized_crop",
+    "false",
+    "--trace_samples",
+    "true",
+]
 ZERO2 = ["--ds_config", str(DS_CONFIGS / "zero2.json")]
 ZERO3 = ["--ds_config", str(DS_CONFIGS / "zero3.json")]
 FAULTS = "HF_VIT_SCALING_FAULTS"
@@ -80,8 +95,15 @@ def assert_same_run(reference, resumed) -> None:
 
 def reference_run(tmp_path_factory, name, *args, nproc=2, batch=BATCH):
     out = tmp_path_factory.mktemp(name)
-    run_recipe(out, *args, *SCHEDULE, "--per_device_train_batch_size", str(batch),
-               launcher="torchrun" if nproc > 1 else "python", nproc=nproc)
+    run_recipe(
+        out,
+        *args,
+        *SCHEDULE,
+        "--per_device_train_batch_size",
+        str(batch),
+        launcher="torchrun" if nproc > 1 else "python",
+        nproc=nproc,
+    )
     return out
 
 
@@ -98,15 +120,17 @@ def ref_zero2_one_process(tmp_path_factory):
 
 def test_zero2_sigkill_one_rank_then_resume_from_checkpoint(ref_zero2, tmp_path):
     out = tmp_path / "run"
-    killed = run_recipe(out, *ZERO2, *SCHEDULE, launcher="torchrun", nproc=2, check=False,
-                        **{FAULTS: f"sigkill@{KILL_AT}:rank1"})
+    killed = run_recipe(
+        out, *ZERO2, *SCHEDULE, launcher="torchrun", nproc=2, check=False, **{FAULTS: f"sigkill@{KILL_AT}:rank1"}
+    )
     assert killed.returncode != 0 and "exitcode: -9" in killed.stderr  # torchrun saw rank 1 die of SIGKILL
     assert checkpoint_problem(out / "checkpoint-8") is None
     assert not (out / "checkpoint-12").exists()
     assert max(step for (rank, step) in trace(out) if rank == 1) == KILL_AT - 1
 
-    resumed = run_recipe(out, *ZERO2, *SCHEDULE, "--resume_from_checkpoint", str(out / "checkpoint-8"),
-                         launcher="torchrun", nproc=2)
+    resumed = run_recipe(
+        out, *ZERO2, *SCHEDULE, "--resume_from_checkpoint", str(out / "checkpoint-8"), launcher="torchrun", nproc=2
+    )
     assert f"resuming from {out / 'checkpoint-8'}" in resumed.stdout
     assert_same_run(ref_zero2, out)
 
@@ -114,9 +138,25 @@ def test_zero2_sigkill_one_rank_then_resume_from_checkpoint(ref_zero2, tmp_path)
 def test_zero3_torchrun_restarts_killed_job_from_latest_checkpoint(tmp_path_factory, tmp_path):
     reference = reference_run(tmp_path_factory, "ref_zero3", *ZERO3)
     out = tmp_path / "run"
-    cmd = [BIN / "torchrun", "--nproc_per_node", "2", "--max-restarts", "1", "--rdzv-backend", "c10d",
-           "--rdzv-endpoint", f"127.0.0.1:{free_port()}", RECIPE, "--output_dir", out, *TINY_ARGS, *ZERO3, *SCHEDULE,
-           "--resume_from_checkpoint", "latest"]
+    cmd = [
+        BIN / "torchrun",
+        "--nproc_per_node",
+        "2",
+        "--max-restarts",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{free_port()}",
+        RECIPE,
+        "--output_dir",
+        out,
+        *TINY_ARGS,
+        *ZERO3,
+        *SCHEDULE,
+        "--resume_from_checkpoint",
+        "latest",
+    ]
     proc = run(cmd, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", **{FAULTS: f"sigkill@{KILL_AT}:rank1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "starting fresh" in proc.stdout  # first attempt: nothing to resume
@@ -128,8 +168,15 @@ def test_zero2_resume_two_processes_on_one(ref_zero2, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     shutil.copytree(ref_zero2 / "checkpoint-8", out / "checkpoint-8")
-    proc = run_recipe(out, *ZERO2, *SCHEDULE, "--per_device_train_batch_size", str(2 * BATCH),
-                      "--resume_from_checkpoint", str(out / "checkpoint-8"))
+    proc = run_recipe(
+        out,
+        *ZERO2,
+        *SCHEDULE,
+        "--per_device_train_batch_size",
+        str(2 * BATCH),
+        "--resume_from_checkpoint",
+        str(out / "checkpoint-8"),
+    )
     assert "saved by 2 process(es), this run has 1" in proc.stdout
     assert (out / "checkpoint-8" / "global_step8_universal").is_dir()
     assert logged_losses(out)[-1] == pytest.approx(logged_losses(ref_zero2)[-1], rel=1e-4)
@@ -141,8 +188,9 @@ def test_zero2_resume_one_process_on_two(ref_zero2_one_process, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     shutil.copytree(ref_zero2_one_process / "checkpoint-8", out / "checkpoint-8")
-    proc = run_recipe(out, *ZERO2, *SCHEDULE, "--resume_from_checkpoint", str(out / "checkpoint-8"),
-                      launcher="torchrun", nproc=2)
+    proc = run_recipe(
+        out, *ZERO2, *SCHEDULE, "--resume_from_checkpoint", str(out / "checkpoint-8"), launcher="torchrun", nproc=2
+    )
     assert "saved by 1 process(es), this run has 2" in proc.stdout
     assert logged_losses(out)[-1] == pytest.approx(logged_losses(ref_zero2_one_process)[-1], rel=1e-4)
 
@@ -167,8 +215,17 @@ def test_failed_save_keeps_previous_checkpoint_and_resume_skips_the_partial_one(
 
 def test_nan_loss_on_one_rank_stops_every_rank_with_one_message(tmp_path):
     out = tmp_path / "run"
-    proc = run_recipe(out, *ZERO2, *SCHEDULE, "--max_steps", "8", launcher="torchrun", nproc=2, check=False,
-                      **{FAULTS: "nan@6:rank1"})
+    proc = run_recipe(
+        out,
+        *ZERO2,
+        *SCHEDULE,
+        "--max_steps",
+        "8",
+        launcher="torchrun",
+        nproc=2,
+        check=False,
+        **{FAULTS: "nan@6:rank1"},
+    )
     assert proc.returncode != 0
     errors = error_lines(proc.stderr)
     assert len(errors) == 1 and "non-finite training loss at step 6" in errors[0]
@@ -179,8 +236,18 @@ def test_nan_loss_on_one_rank_stops_every_rank_with_one_message(tmp_path):
 
 def test_nan_loss_skip_leaves_the_step_out_on_every_rank(tmp_path):
     out = tmp_path / "run"
-    proc = run_recipe(out, *ZERO2, *SCHEDULE, "--max_steps", "8", "--on_nonfinite_loss", "skip",
-                      launcher="torchrun", nproc=2, **{FAULTS: "nan@6:rank1"})
+    proc = run_recipe(
+        out,
+        *ZERO2,
+        *SCHEDULE,
+        "--max_steps",
+        "8",
+        "--on_nonfinite_loss",
+        "skip",
+        launcher="torchrun",
+        nproc=2,
+        **{FAULTS: "nan@6:rank1"},
+    )
     assert proc.stdout.count("non-finite training loss at step 6") == 1
     assert read_json(out / "all_results.json")["train_nonfinite_steps_skipped"] == 1
     assert read_json(out / "trainer_state.json")["global_step"] == 8
@@ -197,9 +264,22 @@ def test_corrupt_images_are_skipped_counted_and_tokens_never_written(tmp_path):
     make_image_folder(tmp_path / "val", digits=DIGITS)
     out = tmp_path / "run"
     secret = "hf_reliabilityTestToken0123456789"
-    proc = run_recipe(out, "--train_dir", tmp_path / "train", "--validation_dir", tmp_path / "val",
-                      "--num_train_epochs", "1", "--save_strategy", "epoch", "--hub_token", secret,
-                      "--per_device_train_batch_size", "8", HF_TOKEN=secret + "_env")
+    proc = run_recipe(
+        out,
+        "--train_dir",
+        tmp_path / "train",
+        "--validation_dir",
+        tmp_path / "val",
+        "--num_train_epochs",
+        "1",
+        "--save_strategy",
+        "epoch",
+        "--hub_token",
+        secret,
+        "--per_device_train_batch_size",
+        "8",
+        HF_TOKEN=secret + "_env",
+    )
     skipped = read_json(out / "skipped_images.json")
     assert skipped["count"] == 2  # one epoch: each bad file met once
     assert sorted(os.path.basename(b["sample"].strip("'")) for b in skipped["images"]) == sorted(CORRUPT + TRUNCATED)

@@ -9,8 +9,23 @@ import pytest
 
 from tests.helpers import STUDY, run
 
-TINY = ["--", "--model_preset", "vit-tiny-cpu", "--image_size", "16", "--max_steps", "12", "--eval_strategy", "no",
-        "--max_eval_samples", "40", "--throughput_warmup_steps", "2", "--crop_scale_min", "0.5"]
+TINY = [
+    "--",
+    "--model_preset",
+    "vit-tiny-cpu",
+    "--image_size",
+    "16",
+    "--max_steps",
+    "12",
+    "--eval_strategy",
+    "no",
+    "--max_eval_samples",
+    "40",
+    "--throughput_warmup_steps",
+    "2",
+    "--crop_scale_min",
+    "0.5",
+]
 
 
 def _rows(folder):
@@ -20,16 +35,33 @@ def _rows(folder):
 
 @pytest.mark.distributed
 def test_two_cell_strong_study_end_to_end_and_resume(tmp_path):
-    cmd = [sys.executable, STUDY, "--study", "strong", "--processes", "1,2", "--global_batch_size", "16",
-           "--ds_configs", "none", "--output_dir", tmp_path, *TINY]
+    cmd = [
+        sys.executable,
+        STUDY,
+        "--study",
+        "strong",
+        "--processes",
+        "1,2",
+        "--global_batch_size",
+        "16",
+        "--ds_configs",
+        "none",
+        "--output_dir",
+        tmp_path,
+        *TINY,
+    ]
     proc = run(cmd, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[1/2]" in proc.stdout and "[2/2]" in proc.stdout
     rows = _rows(tmp_path)
-    assert [(r["processes"], r["per_device_batch"], r["status"]) for r in rows] == [("1", "16", "ok"), ("2", "8", "ok")]
+    assert [(r["processes"], r["per_device_batch"], r["status"]) for r in rows] == [
+        ("1", "16", "ok"),
+        ("2", "8", "ok"),
+    ]
     assert float(rows[0]["efficiency"]) == pytest.approx(1.0)
     assert float(rows[1]["efficiency"]) == pytest.approx(
-        float(rows[0]["epoch_time_s"]) / (2 * float(rows[1]["epoch_time_s"])))
+        float(rows[0]["epoch_time_s"]) / (2 * float(rows[1]["epoch_time_s"]))
+    )
     report = (tmp_path / "report.md").read_text()
     assert "| 2 | 1 | 8 |" in report and "efficiency" in report and "Hardware:" in report
     assert (tmp_path / "strong.png").stat().st_size > 10_000
@@ -37,6 +69,7 @@ def test_two_cell_strong_study_end_to_end_and_resume(tmp_path):
     again = run(cmd, timeout=600)
     assert again.returncode == 0 and again.stdout.count("finished earlier, skipped") == 2
     assert os.path.getmtime(tmp_path / "runs" / "strong-n2x1-b8-a1-none" / "throughput.json") == stamp
+
     def without_wall(table):
         return [{k: v for k, v in r.items() if k != "wall_s"} for r in table]
 
@@ -45,8 +78,19 @@ def test_two_cell_strong_study_end_to_end_and_resume(tmp_path):
 
 @pytest.mark.distributed
 def test_a_failing_cell_is_recorded_and_the_study_goes_on(tmp_path):
-    cmd = [sys.executable, STUDY, "--study", "zero", "--processes", "1", "--ds_configs", "no_such_config,none",
-           "--output_dir", tmp_path, *TINY]
+    cmd = [
+        sys.executable,
+        STUDY,
+        "--study",
+        "zero",
+        "--processes",
+        "1",
+        "--ds_configs",
+        "no_such_config,none",
+        "--output_dir",
+        tmp_path,
+        *TINY,
+    ]
     proc = run(cmd, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {r["ds_config"]: r for r in _rows(tmp_path)}

@@ -9,9 +9,21 @@ from tests.helpers import read_json, run_recipe
 
 @pytest.mark.distributed
 def test_images_counted_with_accumulation_and_two_processes(tmp_path):
-    proc = run_recipe(tmp_path, "--ds_config", "ds_configs/zero2.json", "--max_steps", "8", "--eval_strategy", "no",
-                      "--gradient_accumulation_steps", "2", "--per_device_train_batch_size", "8",
-                      launcher="torchrun", nproc=2)
+    proc = run_recipe(
+        tmp_path,
+        "--ds_config",
+        "ds_configs/zero2.json",
+        "--max_steps",
+        "8",
+        "--eval_strategy",
+        "no",
+        "--gradient_accumulation_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "8",
+        launcher="torchrun",
+        nproc=2,
+    )
     report = read_json(tmp_path / "throughput.json")
     t, s = report["throughput"], report["setup"]
     assert s["world_size"] == 2 and s["gradient_accumulation_steps"] == 2 and s["zero_stage"] == 2
@@ -24,8 +36,17 @@ def test_images_counted_with_accumulation_and_two_processes(tmp_path):
 
 @pytest.mark.distributed
 def test_slow_rank_is_named_and_the_other_waits(tmp_path):
-    proc = run_recipe(tmp_path, "--max_steps", "12", "--eval_strategy", "no", "--simulate_slow_ranks", "1:3.0",
-                      launcher="torchrun", nproc=2)
+    proc = run_recipe(
+        tmp_path,
+        "--max_steps",
+        "12",
+        "--eval_strategy",
+        "no",
+        "--simulate_slow_ranks",
+        "1:3.0",
+        launcher="torchrun",
+        nproc=2,
+    )
     report = read_json(tmp_path / "throughput.json")
     ranks = report["ranks"]
     assert ranks["slowest_rank"] == 1 and ranks["fastest_rank"] == 0

@@ -7,35 +7,45 @@ import pickle
 
 import pytest
 
-from hf_vit_scaling import UserInputError, load_ds_config, parse_args, parse_slow_ranks
-from hf_vit_scaling.arguments import check_restart_setup
-from hf_vit_scaling.deepspeed_config import offload_targets, zero_stage
+from hf_vit_scaling.arguments import check_restart_setup, parse_args
+from hf_vit_scaling.deepspeed_config import load_ds_config, offload_targets, zero_stage
+from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.hetero import parse_slow_ranks
 from tests.helpers import DS_CONFIGS
 
 
 def test_defaults_parse_and_cpu_is_chosen_without_accelerator(tmp_path):
-    model_args, data_args, scaling_args, _, training_args = parse_args(["--output_dir", str(tmp_path)])
-    assert model_args.model_preset is None and model_args.model_name_or_path is None
-    assert data_args.dataset_name is None  # built-in digits
-    assert scaling_args.ds_config is None and training_args.deepspeed is None
-    assert training_args.use_cpu is True
+    args = parse_args(["--output_dir", str(tmp_path)])
+    assert args.model.model_preset is None and args.model.model_name_or_path is None
+    assert args.model.preset == "vit-tiny-cpu"
+    assert args.data.dataset_name is None  # built-in digits
+    assert args.engine.ds_config is None and args.training.deepspeed is None
+    assert args.training.use_cpu is True
 
 
 def test_lone_json_file_is_parsed(tmp_path):
     args_file = tmp_path / "args.json"
-    args_file.write_text(json.dumps({"output_dir": str(tmp_path / "out"), "model_preset": "vit-s-16",
-                                     "per_device_train_batch_size": 7, "crop_scale_min": 0.3}))
-    model_args, data_args, _, _, training_args = parse_args([str(args_file)])
-    assert model_args.model_preset == "vit-s-16"
-    assert training_args.per_device_train_batch_size == 7
-    assert data_args.crop_scale_min == 0.3
+    args_file.write_text(
+        json.dumps(
+            {
+                "output_dir": str(tmp_path / "out"),
+                "model_preset": "vit-s-16",
+                "per_device_train_batch_size": 7,
+                "crop_scale_min": 0.3,
+            }
+        )
+    )
+    args = parse_args([str(args_file)])
+    assert args.model.model_preset == "vit-s-16"
+    assert args.training.per_device_train_batch_size == 7
+    assert args.data.crop_scale_min == 0.3
 
 
 def test_lone_yaml_file_is_parsed(tmp_path):
     args_file = tmp_path / "args.yaml"
     args_file.write_text(f"output_dir: {tmp_path / 'out'}\nmodel_preset: vit-ti-16\nhorizontal_flip: false\n")
-    model_args, data_args, *_ = parse_args([str(args_file)])
-    assert model_args.model_preset == "vit-ti-16" and data_args.horizontal_flip is False
+    args = parse_args([str(args_file)])
+    assert args.model.model_preset == "vit-ti-16" and args.data.horizontal_flip is False
 
 
 @pytest.mark.parametrize(
@@ -76,8 +86,12 @@ def test_ds_config_checks(tmp_path):
 def test_shipped_configs_leave_trainer_owned_values_auto():
     for path in sorted(DS_CONFIGS.glob("*.json")):
         config = load_ds_config(str(path))
-        for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                    "gradient_clipping"):
+        for key in (
+            "train_batch_size",
+            "train_micro_batch_size_per_gpu",
+            "gradient_accumulation_steps",
+            "gradient_clipping",
+        ):
             assert config[key] == "auto", (path.name, key)
         assert "scheduler" not in config, path.name  # the Trainer's --lr_scheduler_type stays in charge
         for value in config.get("optimizer", {}).get("params", {}).values():
@@ -100,7 +114,7 @@ def test_parse_slow_ranks():
 def test_hub_token_never_stays_in_the_arguments(tmp_path, monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     secret = "hf_unitTestToken42"
-    *_, training_args = parse_args(["--output_dir", str(tmp_path), "--hub_token", secret])
+    training_args = parse_args(["--output_dir", str(tmp_path), "--hub_token", secret]).training
     assert training_args.hub_token is None
     assert secret.encode() not in pickle.dumps(training_args)  # what training_args.bin holds
     assert os.environ["HF_TOKEN"] == secret  # where huggingface_hub finds it for the upload
@@ -108,13 +122,16 @@ def test_hub_token_never_stays_in_the_arguments(tmp_path, monkeypatch):
 
 def test_skip_policy_with_accumulation_is_refused(tmp_path):
     with pytest.raises(UserInputError, match="--gradient_accumulation_steps 1"):
-        parse_args(["--output_dir", str(tmp_path), "--on_nonfinite_loss", "skip", "--gradient_accumulation_steps", "2"])
+        parse_args(
+            ["--output_dir", str(tmp_path), "--on_nonfinite_loss", "skip", "--gradient_accumulation_steps", "2"]
+        )
 
 
 def test_torchrun_restarts_need_latest_and_a_fresh_store_per_attempt(tmp_path):
     """The environment torchrun gives its workers (printed from a real torchrun worker: TORCHELASTIC_USE_AGENT_STORE
-    is True with the default static rendezvous and with c10d, False with c10d + TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1)."""
-    *_, training_args = parse_args(["--output_dir", str(tmp_path)])
+    is True with the default static rendezvous and with c10d, False with c10d +
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1)."""
+    training_args = parse_args(["--output_dir", str(tmp_path)]).training
     static = {"TORCHELASTIC_MAX_RESTARTS": "1", "TORCHELASTIC_USE_AGENT_STORE": "True"}
     fresh_store = {"TORCHELASTIC_MAX_RESTARTS": "1", "TORCHELASTIC_USE_AGENT_STORE": "False"}
     with pytest.raises(UserInputError, match="--resume_from_checkpoint latest"):

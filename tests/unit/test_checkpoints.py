@@ -5,8 +5,13 @@ import json
 
 import pytest
 
-from hf_vit_scaling import UserInputError, checkpoint_problem, mark_checkpoint_complete
-from hf_vit_scaling.checkpoints import needs_universal_checkpoint, resolve_resume_checkpoint
+from hf_vit_scaling.checkpoints import (
+    checkpoint_problem,
+    mark_checkpoint_complete,
+    needs_universal_checkpoint,
+    resolve_resume_checkpoint,
+)
+from hf_vit_scaling.errors import UserInputError
 
 
 def _checkpoint(output_dir, step, complete=True, world_size=2):

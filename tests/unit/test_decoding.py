@@ -9,14 +9,12 @@ from datasets import Dataset, Features
 from datasets import Image as ImageFeature
 from PIL import Image
 
-from hf_vit_scaling import (
-    DataArguments,
-    UserInputError,
-    attach_transforms,
-    collate_image_batch,
-    load_image_classification_data,
-)
-from hf_vit_scaling.data import decode_image, drop_bad_examples, find_bad_images, try_decode_image
+from hf_vit_scaling.arguments import DataArguments
+from hf_vit_scaling.data.decoding import decode_image, drop_bad_examples, find_bad_images, try_decode_image
+from hf_vit_scaling.data.decoding import stack_batch as collate_image_batch
+from hf_vit_scaling.data.host_transforms import attach_transforms
+from hf_vit_scaling.data.sources import load_image_classification_data
+from hf_vit_scaling.errors import UserInputError
 from tests.helpers import MIXED, NOT_AN_IMAGE, TRUNCATED_BYTES, make_image_folder
 
 
@@ -53,8 +51,12 @@ def test_decode_loads_the_pixels_now_and_passes_pil_images_through(tmp_path):
 
 def test_find_bad_images_names_each_bad_row():
     good = _noise_png_bytes()
-    values = [{"bytes": good, "path": None}, {"bytes": NOT_AN_IMAGE, "path": "garbage.jpg"},
-              {"bytes": good, "path": None}, {"bytes": good[:TRUNCATED_BYTES], "path": None}]
+    values = [
+        {"bytes": good, "path": None},
+        {"bytes": NOT_AN_IMAGE, "path": "garbage.jpg"},
+        {"bytes": good, "path": None},
+        {"bytes": good[:TRUNCATED_BYTES], "path": None},
+    ]
     split = Dataset.from_dict({"img": values}, features=Features({"img": ImageFeature(decode=False)}))
     bad = find_bad_images(split, "img")
     assert [b["sample"] for b in bad] == ["'garbage.jpg'", "row 3"]  # a path when there is one, else the row
@@ -89,8 +91,12 @@ def test_corrupt_image_is_left_out_of_its_batch_by_default(tmp_path):
 def test_collate_bookkeeping_drops_bad_rows_and_keeps_indices():
     examples = [
         {"pixel_values": 1, "labels": 0, "bad_image": None, "sample_index": 5},
-        {"pixel_values": None, "labels": 1, "bad_image": {"sample": "(in memory)", "reason": "OSError: x"},
-         "sample_index": 9},
+        {
+            "pixel_values": None,
+            "labels": 1,
+            "bad_image": {"sample": "(in memory)", "reason": "OSError: x"},
+            "sample_index": 9,
+        },
         {"pixel_values": 2, "labels": 0, "bad_image": None, "sample_index": 7},
     ]
     good, extra = drop_bad_examples(examples)

@@ -6,16 +6,17 @@ import pytest
 import torch
 from PIL import Image
 
-from hf_vit_scaling import (
-    DataArguments,
+from hf_vit_scaling.arguments import DataArguments
+from hf_vit_scaling.data.decoding import pil_to_uint8_tensor
+from hf_vit_scaling.data.device_transforms import (
     DevicePreprocessor,
-    ImageTransform,
-    UserInputError,
     choose_input_path,
     collate_uint8_batch,
-    load_image_classification_data,
+    random_crop_flip_theta,
 )
-from hf_vit_scaling.fast_input import pil_to_uint8_tensor, random_crop_flip_theta
+from hf_vit_scaling.data.host_transforms import ImageTransform
+from hf_vit_scaling.data.sources import load_image_classification_data
+from hf_vit_scaling.errors import UserInputError
 from tests.helpers import MIXED, make_image_folder
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -70,5 +71,9 @@ def test_auto_picks_device_for_one_size_and_per_sample_for_mixed(tmp_path):
     assert choose_input_path(mixed, "auto") == "per_sample"
     assert choose_input_path(mixed, "device") == "device"  # the user's choice stands...
     with pytest.raises(UserInputError, match="--input_path per_sample"):  # ...and fails clearly at collate time
-        collate_uint8_batch([{"pixel_values": torch.zeros(3, 4, 4, dtype=torch.uint8), "labels": 0},
-                             {"pixel_values": torch.zeros(3, 5, 4, dtype=torch.uint8), "labels": 1}])
+        collate_uint8_batch(
+            [
+                {"pixel_values": torch.zeros(3, 4, 4, dtype=torch.uint8), "labels": 0},
+                {"pixel_values": torch.zeros(3, 5, 4, dtype=torch.uint8), "labels": 1},
+            ]
+        )

@@ -4,22 +4,24 @@ the failing writes. The kill and the faults inside real runs are in tests/launch
 import pytest
 import torch
 
-from hf_vit_scaling import UserInputError
+from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.faults import (
     FAULTS_ENV,
     SAVE_FAIL_LIMIT_BYTES,
     Fault,
-    failing_writes,
+    FaultInjector,
     faults_from_env,
     parse_faults,
-    poison_forward,
 )
 from tests.helpers import save_tiny_pretrained_vit
 
 
 def test_fault_specs_parse_and_reject_typos():
     assert parse_faults("sigkill@12:rank1, nan@7,save_fail@10") == [
-        Fault("sigkill", 12, 1), Fault("nan", 7, None), Fault("save_fail", 10, None)]
+        Fault("sigkill", 12, 1),
+        Fault("nan", 7, None),
+        Fault("save_fail", 10, None),
+    ]
     assert Fault("nan", 7).hits("nan", 7, rank=3) and not Fault("nan", 7, 1).hits("nan", 7, rank=0)
     with pytest.raises(UserInputError, match="unknown fault 'sigterm'"):
         parse_faults("sigterm@3")
@@ -47,20 +49,21 @@ def test_nan_fault_poisons_one_forward_of_the_chosen_rank_and_step(tmp_path):
             return model(pixel_values=pixels, labels=labels).loss.item()
 
     faults = [Fault("nan", 7, 1)]
-    poison_forward(model, faults, step=7, rank=0)  # another rank: nothing armed
-    poison_forward(model, faults, step=6, rank=1)  # another step: nothing armed
+    FaultInjector(0, faults).before_training_step(model, 7)  # another rank: nothing armed
+    FaultInjector(1, faults).before_training_step(model, 6)  # another step: nothing armed
     assert torch.isfinite(torch.tensor(loss()))
-    poison_forward(model, faults, step=7, rank=1)
+    assert not FaultInjector(1, []) and FaultInjector(1, faults)  # inactive unless the environment asks
+    FaultInjector(1, faults).before_training_step(model, 7)
     assert torch.isnan(torch.tensor(loss()))
     assert torch.isfinite(torch.tensor(loss()))  # one-shot: the hook removed itself
 
 
 def test_save_fault_fails_large_writes_inside_the_block_only(tmp_path):
     big = b"x" * (4 * SAVE_FAIL_LIMIT_BYTES)
-    faults = [Fault("save_fail", 8)]
-    with failing_writes(faults, step=4, rank=0):  # another step: writes succeed
+    injector = FaultInjector(0, [Fault("save_fail", 8)])
+    with injector.during_save(4):  # another step: writes succeed
         (tmp_path / "step4.bin").write_bytes(big)
-    with pytest.raises(OSError), failing_writes(faults, step=8, rank=0):
+    with pytest.raises(OSError), injector.during_save(8):
         (tmp_path / "step8.bin").write_bytes(big)
     assert (tmp_path / "step8.bin").stat().st_size <= SAVE_FAIL_LIMIT_BYTES  # cut off part-way
     (tmp_path / "after.bin").write_bytes(big)  # the limit is lifted again

@@ -4,8 +4,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from hf_vit_scaling import ImageTransform
-from hf_vit_scaling.data import random_resized_crop_box
+from hf_vit_scaling.data.host_transforms import ImageTransform, random_resized_crop_box
 
 
 def test_eval_transform_is_deterministic_and_train_augments():

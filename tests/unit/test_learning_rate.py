@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from hf_vit_scaling import UserInputError, apply_lr_scaling, scaled_learning_rate
-from hf_vit_scaling.lr_scaling import DEFAULT_SCALING_WARMUP
+from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.learning_rate import DEFAULT_SCALING_WARMUP, apply_lr_scaling, scaled_learning_rate
 
 
 def test_lr_scaling_rules():
@@ -23,8 +23,9 @@ def test_unknown_rule_and_reference_batch_are_refused():
 
 
 def _training_args(**overrides):
-    values = dict(per_device_train_batch_size=32, gradient_accumulation_steps=2, world_size=8, learning_rate=1e-4,
-                  warmup_steps=0)
+    values = dict(
+        per_device_train_batch_size=32, gradient_accumulation_steps=2, world_size=8, learning_rate=1e-4, warmup_steps=0
+    )
     return SimpleNamespace(**(values | overrides))
 
 

@@ -2,17 +2,18 @@
 arithmetic, position-embedding interpolation for high-resolution fine-tuning, and the shipped high-resolution
 recipe file. The multi-process checks are in tests/launched/test_sequence_parallel_launched.py."""
 
+import os
+
 import pytest
 import torch
 
-from hf_vit_scaling import (
-    UserInputError,
-    build_model_from_preset,
+from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.models import build_model_from_preset, load_model_for_finetuning, preset_config
+from hf_vit_scaling.sequence_parallel import (
     check_sequence_parallel,
-    preset_config,
+    configure_ds_config,
+    sequence_parallel_loss_grad_scale,
 )
-from hf_vit_scaling.models import load_model_for_finetuning
-from hf_vit_scaling.sequence_parallel import configure_ds_config, sequence_parallel_loss_grad_scale
 from tests.helpers import REPO
 
 ZERO = {stage: {"zero_optimization": {"stage": stage}} for stage in range(4)}
@@ -75,12 +76,15 @@ def test_high_resolution_recipe_file_parses_and_fits_its_model(tmp_path):
     import yaml
     from transformers import HfArgumentParser
 
-    from hf_vit_scaling import MODEL_PRESETS
     from hf_vit_scaling.arguments import ALL_ARGUMENT_CLASSES
+    from hf_vit_scaling.models import MODEL_PRESETS
 
     values = yaml.safe_load((REPO / "recipes" / "vit_b16_1024_sp.yaml").read_text(encoding="utf-8"))
     values.update(bf16=False, use_cpu=True, output_dir=str(tmp_path))  # bf16 needs an accelerator
-    model_args, _, scaling_args, *_ = HfArgumentParser(ALL_ARGUMENT_CLASSES).parse_dict(values)
+    for key in ("train_dir", "validation_dir"):  # the file names the user's folders: stand-ins here
+        values[key] = str(tmp_path / key)
+        os.makedirs(values[key])
+    model_args, _, engine_args, *_ = HfArgumentParser(ALL_ARGUMENT_CLASSES).parse_dict(values)
     assert (model_args.image_size // 16) ** 2 + 1 == 4097
     heads = MODEL_PRESETS["vit-b-16"]["num_attention_heads"]
-    check_sequence_parallel(scaling_args.sequence_parallel_size, 8, ZERO[2], heads)
+    check_sequence_parallel(engine_args.sequence_parallel_size, 8, ZERO[2], heads)

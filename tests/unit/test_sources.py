@@ -6,14 +6,11 @@ import torch
 from datasets import ClassLabel, Features, Value
 from datasets import Image as ImageFeature
 
-from hf_vit_scaling import (
-    DataArguments,
-    UserInputError,
-    attach_transforms,
-    collate_image_batch,
-    load_image_classification_data,
-)
-from hf_vit_scaling.data import detect_image_column, detect_label_column
+from hf_vit_scaling.arguments import DataArguments
+from hf_vit_scaling.data.decoding import stack_batch as collate_image_batch
+from hf_vit_scaling.data.host_transforms import attach_transforms
+from hf_vit_scaling.data.sources import detect_image_column, detect_label_column, load_image_classification_data
+from hf_vit_scaling.errors import UserInputError
 from tests.helpers import MIXED, make_image_folder, make_saved_dataset
 
 

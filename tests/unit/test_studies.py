@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from hf_vit_scaling.scaling import add_scaling_columns, speedup, strong_efficiency, weak_efficiency
+from hf_vit_scaling.studies import add_scaling_columns, speedup, strong_efficiency, weak_efficiency
 from tests.helpers import REPO
 
 
@@ -21,26 +21,64 @@ def test_speedup_and_efficiency_against_the_study_numbers():
 
 def test_scaling_columns_pair_rows_with_their_baseline():
     rows = [
-        dict(status="ok", processes=1, global_batch=64, per_device_batch=64, ds_config="zero0", grad_accum=1,
-             epoch_time_s=100.0),
-        dict(status="ok", processes=2, global_batch=64, per_device_batch=32, ds_config="zero0", grad_accum=1,
-             epoch_time_s=60.0),
-        dict(status="failed", processes=4, global_batch=64, per_device_batch=16, ds_config="zero0", grad_accum=1,
-             epoch_time_s=None),
-        dict(status="ok", processes=2, global_batch=64, per_device_batch=32, ds_config="zero2", grad_accum=1,
-             epoch_time_s=50.0),  # the only zero2 row: its own baseline
+        dict(
+            status="ok",
+            processes=1,
+            global_batch=64,
+            per_device_batch=64,
+            ds_config="zero0",
+            grad_accum=1,
+            epoch_time_s=100.0,
+        ),
+        dict(
+            status="ok",
+            processes=2,
+            global_batch=64,
+            per_device_batch=32,
+            ds_config="zero0",
+            grad_accum=1,
+            epoch_time_s=60.0,
+        ),
+        dict(
+            status="failed",
+            processes=4,
+            global_batch=64,
+            per_device_batch=16,
+            ds_config="zero0",
+            grad_accum=1,
+            epoch_time_s=None,
+        ),
+        dict(
+            status="ok",
+            processes=2,
+            global_batch=64,
+            per_device_batch=32,
+            ds_config="zero2",
+            grad_accum=1,
+            epoch_time_s=50.0,
+        ),  # the only zero2 row: its own baseline
     ]
     strong = add_scaling_columns(rows, "strong")
     assert strong[1]["speedup"] == pytest.approx(100 / 60) and strong[1]["efficiency"] == pytest.approx(100 / 120)
     assert strong[2]["efficiency"] is None and strong[3]["efficiency"] == pytest.approx(1.0)
     weak = add_scaling_columns([dict(r, per_device_batch=32) for r in rows[:2]], "weak")
     assert weak[1]["efficiency"] == pytest.approx(100 / 60)
-    batch = add_scaling_columns([dict(rows[0], per_device_batch=32, epoch_time_s=10.0),
-                                 dict(rows[1], per_device_batch=32, global_batch=128, epoch_time_s=8.0)], "batch")
+    batch = add_scaling_columns(
+        [
+            dict(rows[0], per_device_batch=32, epoch_time_s=10.0),
+            dict(rows[1], per_device_batch=32, global_batch=128, epoch_time_s=8.0),
+        ],
+        "batch",
+    )
     assert batch[1]["speedup"] == pytest.approx(1.25) and batch[1]["efficiency"] == pytest.approx(0.625)
     # No 1-process run (4 nodes x 1 and x 2 GPUs): the 4-process row is the baseline.
-    multi = add_scaling_columns([dict(rows[0], processes=1, world_size=4, epoch_time_s=40.0),
-                                 dict(rows[1], processes=2, world_size=8, epoch_time_s=25.0)], "strong")
+    multi = add_scaling_columns(
+        [
+            dict(rows[0], processes=1, world_size=4, epoch_time_s=40.0),
+            dict(rows[1], processes=2, world_size=8, epoch_time_s=25.0),
+        ],
+        "strong",
+    )
     assert multi[0]["efficiency"] == pytest.approx(1.0)
     assert multi[1]["speedup"] == pytest.approx(1.6) and multi[1]["efficiency"] == pytest.approx(4 * 40 / (8 * 25))
 
@@ -49,11 +87,21 @@ def test_study_grid_takes_heterogeneity_and_caps_the_per_device_batch():
     sys.path.insert(0, str(REPO / "recipes"))
     from scaling_study import StudyArguments, build_grid, cell_command
 
-    args = StudyArguments(study="strong", output_dir="/tmp/unused", processes="1,2", global_batch_size=256,
-                          max_per_device_batch=64, simulate_slow_ranks="1:2.0;none")
+    args = StudyArguments(
+        study="strong",
+        output_dir="/tmp/unused",
+        processes="1,2",
+        global_batch_size=256,
+        max_per_device_batch=64,
+        simulate_slow_ranks="1:2.0;none",
+    )
     grid = build_grid(args)
     assert [(c["processes"], c["per_device_batch"], c["grad_accum"], c["slow"]) for c in grid] == [
-        (1, 64, 4, "1:2.0"), (1, 64, 4, ""), (2, 64, 2, "1:2.0"), (2, 64, 2, "")]
+        (1, 64, 4, "1:2.0"),
+        (1, 64, 4, ""),
+        (2, 64, 2, "1:2.0"),
+        (2, 64, 2, ""),
+    ]
     assert all(c["global_batch"] == 256 for c in grid)
     cmd = [str(x) for x in cell_command(args, grid[2], 2, "/tmp/unused/run", ["--max_steps", "5"], 0)]
     assert cmd[cmd.index("--simulate_slow_ranks") + 1] == "1:2.0" and cmd[-2:] == ["--max_steps", "5"]

@@ -8,9 +8,12 @@ import pytest
 import torch
 from transformers import TrainingArguments, ViTConfig, ViTForImageClassification
 
-from hf_vit_scaling import NonFiniteLossError, VitTrainer, loss_weight, render_model_card
+from hf_vit_scaling.errors import NonFiniteLossError
 from hf_vit_scaling.faults import FAULTS_ENV
-from hf_vit_scaling.trainer import TRACE_DIRNAME
+from hf_vit_scaling.hetero import loss_weight
+from hf_vit_scaling.log import setup_logging
+from hf_vit_scaling.model_card import render_model_card
+from hf_vit_scaling.trainer import TRACE_DIRNAME, VitTrainer
 
 
 @pytest.fixture
@@ -19,8 +22,15 @@ def make_trainer(tmp_path, monkeypatch):
 
     def make(**kwargs) -> VitTrainer:
         torch.manual_seed(0)
-        config = ViTConfig(image_size=8, patch_size=4, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                           intermediate_size=32, num_labels=3)
+        config = ViTConfig(
+            image_size=8,
+            patch_size=4,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            num_labels=3,
+        )
         args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none")
         trainer = VitTrainer(model=ViTForImageClassification(config).train(), args=args, **kwargs)
         trainer.current_gradient_accumulation_steps = 1  # set by the training loop, read by training_step
@@ -31,8 +41,11 @@ def make_trainer(tmp_path, monkeypatch):
 
 def _batch(indices=(5, 7, 1, 2), pixels=None) -> dict:
     n = len(indices)
-    return {"pixel_values": torch.randn(n, 3, 8, 8) if pixels is None else pixels,
-            "labels": torch.arange(n) % 3, "sample_index": torch.tensor(indices)}
+    return {
+        "pixel_values": torch.randn(n, 3, 8, 8) if pixels is None else pixels,
+        "labels": torch.arange(n) % 3,
+        "sample_index": torch.tensor(indices),
+    }
 
 
 def test_bookkeeping_fields_are_recorded_and_never_reach_the_model(make_trainer):
@@ -48,7 +61,7 @@ def test_bookkeeping_fields_are_recorded_and_never_reach_the_model(make_trainer)
     trainer.compute_loss(model, {**_batch((9,)), "bad_samples": [bad]})  # evaluation: recorded, not traced
     trainer.close_trace()
     assert trainer.bad_samples == [{"split": "train", **bad}, {"split": "eval", **bad}]
-    trace = (trainer.args.output_dir + f"/{TRACE_DIRNAME}/rank0.jsonl")
+    trace = trainer.args.output_dir + f"/{TRACE_DIRNAME}/rank0.jsonl"
     with open(trace, encoding="utf-8") as f:
         assert [json.loads(line) for line in f] == [{"step": 1, "indices": [5, 7]}, {"step": 2, "indices": [1, 2]}]
 
@@ -80,21 +93,26 @@ def test_nonfinite_loss_stop_names_the_step_and_the_newest_checkpoint(make_train
 
 
 def test_nonfinite_loss_skip_drops_the_step_gradients(make_trainer, capsys):
+    setup_logging()  # the recipe's logger: the main process prints the warning once
     trainer = make_trainer(nonfinite_policy="skip")
     model = trainer.model
     trainer.training_step(model, _batch(pixels=torch.full((4, 3, 8, 8), float("nan"))))
     assert trainer.skipped_steps == [1]
     assert all(p.grad is None for p in model.parameters())  # the optimizer step changes nothing
-    assert "step skipped on every rank" in capsys.readouterr().out
+    assert "step skipped on every rank" in capsys.readouterr().out  # the main process says it once
     trainer.state.global_step = 1
     trainer.training_step(model, _batch())
     assert trainer.skipped_steps == [1] and all(p.grad is not None for p in model.parameters())
 
 
 def test_push_writes_our_model_card(make_trainer, tmp_path):
-    trainer = make_trainer()
-    trainer.card_info = {"model_name": "out", "model_desc": "vit-tiny-cpu trained from scratch",
-                         "dataset": "sklearn-digits", "eval_split_size": 270, "metrics": {"eval_accuracy": 0.5},
-                         "setup": {"world size": 1}, "hub_model_id": None}
-    trainer.create_model_card()
-    assert (tmp_path / "out" / "README.md").read_text(encoding="utf-8") == render_model_card(trainer.card_info)
+    facts = {"model_name": "out", "model_desc": "vit-tiny-cpu trained from scratch", "dataset": "sklearn-digits",
+             "eval_split_size": 270, "setup": {"world size": 1}, "hub_model_id": None}  # fmt: skip
+    trainer = make_trainer(model_card=facts)
+    trainer.write_model_card({"eval_accuracy": 0.5, "eval_runtime": 1.0, "epoch": 3.0})
+    card = tmp_path / "out" / "README.md"
+    expected = render_model_card({**facts, "metrics": {"eval_accuracy": 0.5}})  # no runtimes, no epoch
+    assert card.read_text(encoding="utf-8") == expected
+    card.unlink()
+    trainer.create_model_card()  # what push_to_hub calls: the same card, with the same metrics
+    assert card.read_text(encoding="utf-8") == expected

@@ -6,7 +6,8 @@ non-parallel reference and a copy with sequence parallelism. It measures, and ra
 - logits and gradients of SP vs reference, for a padded (17 tokens) and an evenly split (10 tokens) sequence;
 - evaluation mode: SP is off, each rank runs its own images in full;
 - parameters after a few SGD steps through DeepSpeed engines at ZeRO 0, 1, 2 and 3 vs plain torch SGD on the same
-  global batches (each SP group trains on its slice of it) (SGD, not Adam: Adam's update hardly changes when the gradient is scaled, so it would hide a 2x error);
+  global batches (each SP group trains on its slice of it) (SGD, not Adam: Adam's update hardly changes when the
+  gradient is scaled, so it would hide a 2x error);
 - the Trainer's training batches on each rank (the ranks of one SP group must get the same ones).
 """
 
@@ -26,8 +27,12 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import deepspeed  # noqa: E402
 from transformers import TrainingArguments, ViTConfig, ViTForImageClassification  # noqa: E402
 
-from hf_vit_scaling import VitTrainer, setup_sequence_parallel  # noqa: E402
-from hf_vit_scaling.sequence_parallel import ViTSequenceParallel, sequence_parallel_loss_grad_scale  # noqa: E402
+from hf_vit_scaling.sequence_parallel import (  # noqa: E402
+    ViTSequenceParallel,
+    sequence_parallel_loss_grad_scale,
+    setup_sequence_parallel,  # noqa: E402
+)
+from hf_vit_scaling.trainer import VitTrainer  # noqa: E402
 
 SP = 2
 BATCH = 3
