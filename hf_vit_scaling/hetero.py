@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from .distributed import gather_object
+from .distributed import gather_object, global_batch_size
 from .errors import UserInputError
 from .log import logger
 
@@ -169,7 +169,7 @@ def balanced_rank_batches(mode: str, model, train_dataset, collate, training_arg
     world = training_args.world_size
     if mode == "off" or world == 1:
         return None
-    global_batch = training_args.per_device_train_batch_size * world
+    global_batch = global_batch_size(training_args.per_device_train_batch_size, 1, world)  # per micro-step
     if mode == "calibrate":
         model.to(training_args.device)
         sample = collate([train_dataset[i] for i in range(training_args.per_device_train_batch_size)])
