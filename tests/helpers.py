@@ -20,34 +20,11 @@ WORKERS = Path(__file__).resolve().parent / "launched" / "workers"
 BIN = Path(sys.executable).parent
 
 # A model small enough for seconds-long CPU runs: vit-tiny-cpu at 16 px (4x4 patches of 4 px -> 17 tokens).
-TINY_ARGS = [
-    "--model_preset",
-    "vit-tiny-cpu",
-    "--image_size",
-    "16",
-    "--per_device_train_batch_size",
-    "16",
-    "--learning_rate",
-    "2e-3",
-    "--warmup_steps",
-    "0",
-    "--crop_scale_min",
-    "0.5",
-    "--horizontal_flip",
-    "false",
-    "--report_to",
-    "none",
-    "--save_strategy",
-    "no",
-    "--disable_tqdm",
-    "true",
-    "--seed",
-    "0",
-    "--throughput_warmup_steps",
-    "2",
-    "--dataloader_num_workers",
-    "0",
-]
+TINY_ARGS = (
+    "--model_preset vit-tiny-cpu --image_size 16 --per_device_train_batch_size 16 --learning_rate 2e-3 "
+    "--warmup_steps 0 --crop_scale_min 0.5 --horizontal_flip false --report_to none --save_strategy no "
+    "--disable_tqdm true --seed 0 --throughput_warmup_steps 2 --dataloader_num_workers 0"
+).split()
 
 
 # --------------------------------------------------------------------------- data on disk

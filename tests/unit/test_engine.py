@@ -1,0 +1,27 @@
+"""Which engine a run uses, as the done line, the report and the card name it."""
+
+from types import SimpleNamespace
+
+from hf_vit_scaling.engine import Engine, engine_of
+
+OFFLOAD_ZERO2 = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+
+
+def test_deepspeed_engine_from_training_arguments():
+    args = SimpleNamespace(deepspeed="ds_configs/zero2_offload.json",
+                           hf_deepspeed_config=SimpleNamespace(config=OFFLOAD_ZERO2))  # fmt: skip
+    engine = engine_of(args)
+    assert engine.kind == "deepspeed" and engine.zero_stage == 2 and engine.label() == "ZeRO-2"
+    assert engine.offload == {"optimizer": "cpu"} and engine.ds_config_path == "ds_configs/zero2_offload.json"
+
+
+def test_plain_trainer_engine():
+    engine = engine_of(SimpleNamespace(deepspeed=None))
+    assert engine == Engine("trainer") and engine.zero_stage is None and engine.offload == {}
+    assert engine.label() == "no DeepSpeed"
+
+
+def test_a_config_given_as_a_dict_has_no_path():
+    zero3 = {"zero_optimization": {"stage": 3}}
+    args = SimpleNamespace(deepspeed=zero3, hf_deepspeed_config=SimpleNamespace(config=zero3))
+    assert engine_of(args).ds_config_path is None and engine_of(args).label() == "ZeRO-3"
