@@ -323,20 +323,13 @@ class RandAugment:
         order = torch.argsort(op, stable=True)
         counts = torch.bincount(op, minlength=len(self.ops) + 1).tolist()
         xs, frac, sign = x[order], magnitude[order] / LEVEL_DENOM, sign[order]
-        pieces, start = [], 0
-        for index, count in enumerate(counts):
+        start = 0
+        for index, count in enumerate(counts[: len(self.ops)]):  # the last group (not applied) stays as it is
             if count:
                 group = slice(start, start + count)
-                if index == len(self.ops):  # not applied
-                    pieces.append(xs[group])
-                else:
-                    pieces.append(
-                        self.ops[index](xs[group], frac[group], sign[group], self.spec.increasing, self.fill)
-                    )
+                xs[group] = self.ops[index](xs[group], frac[group], sign[group], self.spec.increasing, self.fill)
             start += count
-        out = torch.empty_like(x)
-        out[order] = torch.cat(pieces)
-        return out
+        return torch.empty_like(xs).index_copy_(0, order, xs)  # back to the batch's order
 
     def __call__(self, x: torch.Tensor, generator=None) -> torch.Tensor:
         for _ in range(self.spec.num_ops):
@@ -368,9 +361,14 @@ def random_erasing(
     erase = fits.any(dim=1) & (torch.rand(n, device=dev, generator=generator) < prob)
     top = torch.floor(torch.rand(n, device=dev, generator=generator) * (height - box_h + 1))
     left = torch.floor(torch.rand(n, device=dev, generator=generator) * (width - box_w + 1))
-    mask = box_mask(top, box_h, left, box_w, height, width) & erase.view(n, 1, 1)
-    noise = torch.randn(x.shape, device=dev, generator=generator, dtype=x.dtype)
-    return torch.where(mask.unsqueeze(1), noise, x)
+    mask = box_mask(top, box_h, left, box_w, height, width).unsqueeze(1)
+    # Noise only for the images erased (reading their indices is one host-device synchronisation).
+    erased = torch.nonzero(erase).squeeze(1)
+    out = x.clone()
+    if erased.numel():
+        noise = torch.randn((erased.numel(), *x.shape[1:]), device=dev, generator=generator, dtype=x.dtype)
+        out[erased] = torch.where(mask[erased], noise, x[erased])
+    return out
 
 
 def box_mask(top, box_h, left, box_w, height: int, width: int) -> torch.Tensor:
@@ -465,8 +463,8 @@ def mix_batch(
     weight = torch.where(use_cutmix.view(n, 1, 1), (~box).to(x.dtype), lam.view(n, 1, 1).to(x.dtype))
     kept = torch.where(use_cutmix, weight.mean(dim=(1, 2)), lam)
     partner = torch.arange(n - 1, -1, -1, device=dev)
-    weight = weight.unsqueeze(1)
-    return x * weight + x[partner] * (1 - weight), MixRecord(kept, partner)
+    # lerp(partner, own, w) = partner + w (own - partner) = w own + (1 - w) partner, in one pass.
+    return torch.lerp(x.flip(0), x, weight.unsqueeze(1)), MixRecord(kept, partner)  # x.flip(0) = x[partner]
 
 
 # ---------------------------------------------------------------- targets and the loss
