@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from builders import NUM_CLASSES, SIZE
 from PIL import Image, ImageEnhance, ImageOps
 from transformers import Trainer, TrainingArguments
 
@@ -29,6 +28,7 @@ from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.fast_input import DevicePreprocessor
 
 MEAN = STD = (0.5, 0.5, 0.5)
+NUM_CLASSES, SIZE = 10, 16  # the tiny_vit fixture's classes and image size
 
 
 def generator(seed: int) -> torch.Generator:

@@ -5,7 +5,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from builders import SIZE
 from transformers import Trainer, TrainingArguments, ViTForImageClassification
 
 from hf_vit_scaling.errors import UserInputError
@@ -19,6 +18,8 @@ from hf_vit_scaling.regularization import (
     vit_blocks,
     vit_layer_ids,
 )
+
+SIZE = 16  # the tiny_vit fixture's image size
 
 
 def pixels(n: int, seed: int = 0) -> torch.Tensor:
