@@ -21,7 +21,7 @@ from .regularization import EMA_FILENAME
 
 @dataclass
 class RegularizationArguments:
-    """Regularization applied in training only: batch augmentations on the device, stochastic depth, EMA, layer decay."""
+    """Regularization in training only: batch augmentations on the device, stochastic depth, EMA, layer decay."""
 
     mixup_alpha: float = field(
         default=0.0,
