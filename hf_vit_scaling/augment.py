@@ -1,7 +1,7 @@
 """Batch regularization on the device: RandAugment / TrivialAugment, random erasing, Mixup / CutMix with label
 smoothing, and timm's evaluation centre crop.
 
-Where it runs. The host path is unchanged: uint8 batches (`fast_input`). On the device, `DevicePreprocessor` turns a
+Where it runs. The host path is unchanged: it hands over uint8 batches. On the device, `DevicePreprocessor` turns a
 uint8 batch into normalised float pixels (random resized crop + flip) in a forward pre-hook on the model;
 `BatchAugmenter.attach` adds a second pre-hook, registered after it, that augments that float batch, in training
 only. `EvalCenterCrop.attach` adds a pre-hook registered *before* the preprocessor, for evaluation only.
@@ -11,7 +11,11 @@ generator, which the Trainer seeds and saves in its checkpoints): RandAugment's 
 per layer; random erasing's box per image; Mixup's lam, CutMix's box and the Mixup-or-CutMix switch per image (timm's
 `mode="elem"`; DeiT's default `"batch"` shares one lam per batch). kornia was measured and not used: its RandAugment
 and TrivialAugment draw the operations once per batch (only magnitudes and signs per image), so every image of a batch
-gets the same ops; see benchmarks/regularization_cost.py for the speed of both.
+gets the same ops; see benchmarks/regularization_cost.py for the speed of both. The Trainer seeds every rank alike,
+so with the default generator all ranks draw the same parameters at a given step (for different images), as the
+DevicePreprocessor's crops do; a per-rank `generator` avoids that but is not saved in checkpoints.
+Host-device synchronisations per training batch: one per RandAugment layer (the op group sizes), one for random
+erasing (which images get noise), one or two for the Beta draws; nothing else waits for the device.
 
 Order, as timm/DeiT apply them per image: RandAugment on [0, 1] pixels (the batch is un-normalised and normalised
 again around it: two element-wise passes), random erasing on normalised pixels (noise ~ N(0, 1) there), then
@@ -63,7 +67,7 @@ RAND_AUGMENT_EXAMPLE = "rand-m9-mstd0.5-inc1"
 
 @dataclass(frozen=True)
 class RandAugmentSpec:
-    """RandAugment (Cubuk et al. 2020) as timm parameterises it; TrivialAugment (Muller & Hutter 2021) is the case
+    """RandAugment (Cubuk et al. 2020) as timm parameterises it; TrivialAugment (Müller & Hutter 2021) is the case
     num_ops=1, prob=1, magnitude uniform in [0, magnitude] (magnitude_std=inf)."""
 
     num_ops: int = 2  # n: ops applied in sequence to each image, each drawn uniformly (with replacement)

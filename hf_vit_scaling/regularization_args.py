@@ -59,7 +59,7 @@ class RegularizationArguments:
             "help": "RandAugment (Cubuk et al. 2020) in timm's notation, per image on the device: "
             f"'{RAND_AUGMENT_EXAMPLE}' (DeiT) = magnitude 9 of 10 with N(9, 0.5) noise, 2 ops per image each "
             "applied with p 0.5, ops that grow stronger with m. Keys: m, n, mstd, mmax, inc, p. 'trivial': "
-            "TrivialAugment's sampling (Muller & Hutter 2021): one op, uniform strength, always applied. "
+            "TrivialAugment's sampling (Müller & Hutter 2021): one op, uniform strength, always applied. "
             "(timm: --aa)"
         },
     )
