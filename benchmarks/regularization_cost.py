@@ -6,8 +6,9 @@
 Setup: random normalised float batches as the DevicePreprocessor hands them over, (256, 3, 32, 32) and
 (32, 3, 224, 224), on the CPU with one thread (`torch.set_num_threads(1)`, so figures are per core); kornia is
 optional (`pip install kornia`; its rows are left out without it).
-Method: each augmentation runs `--repeats` times on the same batch after one warm-up call; the median wall time of a
-call divided by the batch size is the cost per image. "per-sample ops" says whether each image draws its own
+Method: each augmentation runs `--repeats` times on the same batch after one warm-up call, in rounds (every
+augmentation once per round, so load from other processes touches all rows alike); the median wall time of a call
+divided by the batch size is the cost per image. "per-sample ops" says whether each image draws its own
 operations: kornia's RandAugment / TrivialAugment draw the ops once per batch (only magnitudes and signs per image).
 Also timed: the DevicePreprocessor's crop + flip (the step before, for scale), the eval centre crop, and the EMA
 update per optimizer step for the vit-tiny-cpu and vit-b-16 presets (a parameter count's worth of lerp).
@@ -32,13 +33,21 @@ MEAN = STD = (0.5, 0.5, 0.5)
 
 
 def median_ms(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    return round_robin_ms({"fn": fn}, repeats)["fn"]
+
+
+def round_robin_ms(fns: dict, repeats: int) -> dict:
+    """Median ms per call of each function, timed in rounds (each function once per round, after one warm-up call
+    each), so that a change in the machine's load during the run touches every row alike."""
+    for fn in fns.values():
         fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: 1000 * statistics.median(t) for name, t in times.items()}
 
 
 def reference_rows(size: int, raw: torch.Tensor) -> dict:
@@ -136,8 +145,8 @@ def main():
         for size, batch in ((32, 256), (224, 32)):
             x = torch.rand(batch, 3, size, size) * 2 - 1
             raw = torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8)
-            for name, fn in {**reference_rows(size, raw), **ours(x), **kornia_rows(x)}.items():
-                ms = median_ms(fn, args.repeats)
+            fns = {**reference_rows(size, raw), **ours(x), **kornia_rows(x)}
+            for name, ms in round_robin_ms(fns, args.repeats).items():
                 per_sample = next((v for k, v in PER_SAMPLE_OPS.items() if name.startswith(k)), None)
                 row = {
                     "size": size,
