@@ -1,0 +1,107 @@
+"""RegularizationArguments: every flag out of range is a UserInputError naming it; combinations that cannot work
+are refused before any work."""
+
+import pytest
+from transformers import HfArgumentParser
+
+from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.regularization import EMA_FILENAME
+from hf_vit_scaling.regularization_args import RegularizationArguments, check_regularization
+
+DEIT = dict(
+    mixup_alpha=0.8,
+    cutmix_alpha=1.0,
+    mixup_prob=1.0,
+    mixup_switch_prob=0.5,
+    rand_augment="rand-m9-mstd0.5-inc1",
+    random_erasing=0.25,
+    drop_path_rate=0.1,
+    ema_decay=0.99996,
+    layer_decay=0.65,
+    eval_crop_pct=0.875,
+)
+
+
+def test_defaults_turn_everything_off():
+    args = RegularizationArguments()
+    assert not args.mixes and args.rand_augment is None and args.random_erasing == 0 and args.drop_path_rate == 0
+    assert args.ema_decay is None and args.layer_decay is None and args.eval_crop_pct is None
+
+
+def test_deit_values_are_accepted():
+    assert RegularizationArguments(**DEIT).mixes
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("mixup_alpha", -0.1),
+        ("cutmix_alpha", -1.0),
+        ("mixup_alpha", float("inf")),
+        ("mixup_alpha", float("nan")),
+        ("mixup_prob", 1.5),
+        ("mixup_prob", -0.1),
+        ("mixup_switch_prob", 2.0),
+        ("random_erasing", 1.01),
+        ("random_erasing", -0.5),
+        ("drop_path_rate", 1.0),
+        ("drop_path_rate", -0.1),
+        ("ema_decay", 1.0),
+        ("ema_decay", 0.0),
+        ("layer_decay", 0.0),
+        ("layer_decay", 1.5),
+        ("eval_crop_pct", 0.0),
+        ("eval_crop_pct", 1.2),
+        ("rand_augment", "rand-x9"),
+    ],
+)
+def test_out_of_range_flag_is_refused_by_name(flag, value):
+    with pytest.raises(UserInputError) as err:
+        RegularizationArguments(**{flag: value})
+    message = str(err.value)
+    assert f"--{flag}" in message and "Fix:" in message
+
+
+def test_the_argument_parser_runs_the_checks():
+    parser = HfArgumentParser(RegularizationArguments)
+    (args,) = parser.parse_args_into_dataclasses(["--mixup_alpha", "0.8", "--rand_augment", "trivial"])
+    assert args.mixup_alpha == 0.8 and args.rand_augment == "trivial"
+    with pytest.raises(UserInputError, match="--random_erasing"):
+        parser.parse_args_into_dataclasses(["--random_erasing", "3"])
+
+
+ZERO3 = {"zero_optimization": {"stage": 3}}
+
+
+@pytest.mark.parametrize(
+    "flags, context, match",
+    [
+        (dict(ema_decay=0.999), dict(ds_config=ZERO3), "ZeRO-3"),
+        (dict(layer_decay=0.75), dict(ds_config={"optimizer": {"type": "AdamW"}}), "builds its own optimizer"),
+        (dict(layer_decay=0.75), dict(ds_config={"scheduler": {"type": "WarmupLR"}}), "builds its own scheduler"),
+        (dict(mixup_alpha=0.8), dict(sequence_parallel_size=2), "--mixup_alpha/--cutmix_alpha"),
+        (dict(drop_path_rate=0.1), dict(sequence_parallel_size=4), "--drop_path_rate"),
+        (dict(eval_crop_pct=0.875), dict(input_path="per_sample"), "--eval_crop_pct"),
+    ],
+)
+def test_combinations_that_cannot_work_are_refused(flags, context, match):
+    with pytest.raises(UserInputError, match=match) as err:
+        check_regularization(RegularizationArguments(**flags), **context)
+    assert "Fix:" in str(err.value)
+
+
+def test_combinations_that_work_pass():
+    args = RegularizationArguments(**DEIT)
+    check_regularization(args, ds_config={"zero_optimization": {"stage": 2}}, input_path="device")
+    check_regularization(RegularizationArguments(layer_decay=0.75, drop_path_rate=0.1), ds_config=ZERO3)
+    check_regularization(
+        RegularizationArguments(rand_augment="trivial", random_erasing=0.25), sequence_parallel_size=2
+    )
+
+
+def test_resuming_with_ema_needs_the_ema_file(tmp_path):
+    args = RegularizationArguments(ema_decay=0.999)
+    with pytest.raises(UserInputError, match=f"has no {EMA_FILENAME}"):
+        check_regularization(args, resume_from=str(tmp_path))
+    (tmp_path / EMA_FILENAME).write_bytes(b"")
+    check_regularization(args, resume_from=str(tmp_path))
