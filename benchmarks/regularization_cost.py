@@ -25,7 +25,7 @@ from _common import report_result
 
 from hf_vit_scaling.augment import BatchAugmenter, EvalCenterCrop, RandAugment, mix_batch, parse_rand_augment
 from hf_vit_scaling.augment import random_erasing as erase
-from hf_vit_scaling.fast_input import DevicePreprocessor
+from hf_vit_scaling.data.device_transforms import DevicePreprocessor
 from hf_vit_scaling.models import build_model_from_preset, preset_config
 from hf_vit_scaling.regularization import EMACallback
 

@@ -19,6 +19,7 @@ from .errors import UserInputError
 from .hetero import parse_shares, parse_slow_ranks
 from .learning_rate import LR_SCALING_RULES
 from .models import DEFAULT_PRESET, MODEL_PRESETS
+from .regularization_args import RegularizationArguments, check_regularization
 from .sequence_parallel import check_sequence_parallel
 
 
@@ -288,6 +289,7 @@ class RecipeArguments:
     cluster: ClusterArguments
     report: ReportArguments
     reliability: ReliabilityArguments
+    regularization: RegularizationArguments
     training: TrainingArguments
 
 
@@ -299,6 +301,7 @@ ALL_ARGUMENT_CLASSES = (
     ClusterArguments,
     ReportArguments,
     ReliabilityArguments,
+    RegularizationArguments,
     TrainingArguments,
 )
 
@@ -446,6 +449,9 @@ def validate_args(args: RecipeArguments) -> None:
     check_ds_config_against_flags(training)
     check_balance_batches(args.cluster.balance_batches, training)
     ds = getattr(training, "hf_deepspeed_config", None)
+    check_regularization(
+        args.regularization, ds.config if ds is not None else None, args.engine.sequence_parallel_size
+    )
     preset = args.model.preset
     check_sequence_parallel(
         args.engine.sequence_parallel_size,

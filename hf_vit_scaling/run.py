@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from transformers import AutoImageProcessor
 
+from .augment import BatchAugmenter, EvalCenterCrop
 from .checkpoints import (
     needs_universal_checkpoint,
     prepare_world_size_change,
@@ -46,6 +47,8 @@ from .models import (
     load_model_for_finetuning,
     preset_config,
 )
+from .regularization import EMACallback
+from .regularization_args import check_regularization
 from .sequence_parallel import setup_sequence_parallel
 
 
@@ -69,6 +72,8 @@ class TrainerInputs:
     compute_metrics: object
     model_card: dict
     rank_batches: list[int] | None
+    compute_loss_func: object | None = None  # soft-target loss with Mixup/CutMix/label smoothing
+    ema: object | None = None  # EMACallback: the weights' moving average, continued from a resumed checkpoint
 
 
 def prepare_world(args) -> World:
@@ -83,7 +88,9 @@ def prepare_world(args) -> World:
     engine = engine_of(training)
     start_engine(engine)
     sequence_parallel = setup_sequence_parallel(sp_size, engine.ds_config, training)
-    return World(engine, lr_info, sequence_parallel, resume_checkpoint(training, engine))
+    resume_from = resume_checkpoint(training, engine)
+    check_regularization(args.regularization, resume_from=resume_from)  # the EMA state must be there
+    return World(engine, lr_info, sequence_parallel, resume_from)
 
 
 def resume_checkpoint(training_args, engine: Engine) -> str | None:
@@ -121,7 +128,9 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str) 
     size, mean, std = as_pair(model.config.image_size)[0], processor.image_mean, processor.image_std
     data_args = args.data
     preprocessor = None
-    if choose_input_path(data, data_args.input_path) == "device":
+    input_path = choose_input_path(data, data_args.input_path)
+    check_regularization(args.regularization, input_path=input_path)
+    if input_path == "device":
         # uint8 batches cross to the device; resize, augmentation and normalisation run there, batched.
         splits, collate = attach_uint8_transforms(data), collate_uint8_batch
         preprocessor = DevicePreprocessor(size, mean, std, data_args.random_resized_crop, data_args.crop_scale_min,
@@ -131,10 +140,17 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str) 
     splits = with_sample_index(splits)  # batches say which rows they hold (skipped images, --trace_samples)
     factor = args.cluster.slow_ranks.get(args.training.process_index, 1.0)
     slow_rank = SlowRankSimulator(factor) if factor > 1.0 else None  # labelled in every report
-    attach_model_hooks(model, preprocessor, world.sequence_parallel, slow_rank)
+    reg = args.regularization
+    smoothing = args.training.label_smoothing_factor  # applied by the augmenter's loss, before mixing
+    augmenter = BatchAugmenter.from_arguments(reg, len(data.label_names), mean, std, smoothing)
+    eval_crop = EvalCenterCrop(size, reg.eval_crop_pct) if reg.eval_crop_pct else None
+    attach_model_hooks(model, preprocessor, world.sequence_parallel, slow_rank,
+                       augmenter if augmenter.active else None, eval_crop, reg.drop_path_rate)  # fmt: skip
     rank_batches = balanced_rank_batches(args.cluster.balance_batches, model, splits["train"], collate, args.training)
     card = model_card_facts(args, world, data, model, model_desc)
-    return TrainerInputs(splits, collate, make_compute_metrics(len(data.label_names)), card, rank_batches)
+    loss = augmenter.loss if augmenter.produces_soft_targets else None
+    ema = EMACallback(reg.ema_decay, world.resume_from) if reg.ema_decay else None
+    return TrainerInputs(splits, collate, make_compute_metrics(len(data.label_names)), card, rank_batches, loss, ema)
 
 
 def model_card_facts(args, world: World, data, model, model_desc: str) -> dict:
@@ -191,6 +207,9 @@ def report_skips(trainer) -> dict:
 def finish_run(trainer, train_result, world: World, inputs: TrainerInputs) -> dict:
     """Save the model and metrics, evaluate, report skipped images, write the card, push, print the done line."""
     trainer.save_model()  # model.safetensors + config + image processor (ZeRO-3: gathered 16-bit weights)
+    if trainer.ema is not None:  # the EMA weights as a second plain model beside the trained one
+        with trainer.ema.applied(trainer.model):
+            trainer.save_model(os.path.join(trainer.args.output_dir, "ema"))
     train_metrics = dict(train_result.metrics, train_samples=len(inputs.splits["train"]))
     trainer.log_metrics("train", train_metrics)
     trainer.save_metrics("train", train_metrics)

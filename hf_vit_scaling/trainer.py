@@ -30,6 +30,7 @@ from .faults import FaultInjector
 from .hetero import UnevenBatchSampler, loss_weight
 from .log import logger
 from .model_card import write_model_card
+from .regularization import layer_decay_optimizer_cls_and_kwargs
 from .sequence_parallel import shard_dataloader_by_data_parallel_rank
 
 TRACE_DIRNAME = "sample_trace"
@@ -102,8 +103,11 @@ class VitTrainer(Trainer):
 
     def __init__(self, *args, model_card: dict | None = None, rank_batches: list[int] | None = None,
                  sequence_parallel=None, nonfinite_policy: str = "stop", trace_samples: bool = False,
-                 **kwargs):  # fmt: skip
+                 layer_decay: float | None = None, ema=None, **kwargs):  # fmt: skip
         super().__init__(*args, **kwargs)
+        self.layer_decay, self.ema = layer_decay, ema
+        if ema is not None:
+            self.add_callback(ema)
         self.model_card_facts = model_card
         self.rank_batches = rank_batches
         self.sequence_parallel = sequence_parallel
@@ -223,6 +227,19 @@ class VitTrainer(Trainer):
             return result[0] * weight, result[1]
         return result * weight
 
+    def create_optimizer(self, model=None):
+        if self.layer_decay is not None and self.optimizer is None:  # BEiT's per-layer lrs, as parameter groups
+            opt_model = self.model if model is None else model
+            self.optimizer_cls_and_kwargs = layer_decay_optimizer_cls_and_kwargs(self, opt_model, self.layer_decay)
+        return super().create_optimizer(model)
+
+    def evaluate(self, *args, metric_key_prefix: str = "eval", **kwargs):
+        metrics = super().evaluate(*args, metric_key_prefix=metric_key_prefix, **kwargs)
+        if self.ema is not None and self.ema.shadow is not None and metric_key_prefix == "eval":
+            with self.ema.applied(self.model):
+                metrics.update(super().evaluate(*args, metric_key_prefix="eval_ema", **kwargs))
+        return metrics
+
     # ------------------------------------------------------------------ checkpoints
 
     def _save_checkpoint(self, model, trial):
@@ -232,6 +249,8 @@ class VitTrainer(Trainer):
         try:
             with self.faults.during_save(self.state.global_step):
                 super()._save_checkpoint(model, trial)
+            if self.ema is not None and self.args.should_save:
+                self.ema.save_state(folder)  # before the checkpoint is marked complete, so the marker lists it
         except Exception as err:  # any failure part-way: disk full, quota, I/O error, a killed writer
             newest, _ = newest_complete_checkpoint(run_dir)
             raise CheckpointSaveError(

@@ -78,6 +78,9 @@ def main(argv=None) -> int:
             sequence_parallel=world.sequence_parallel,
             nonfinite_policy=args.reliability.on_nonfinite_loss,
             trace_samples=args.reliability.trace_samples,
+            compute_loss_func=inputs.compute_loss_func,
+            layer_decay=args.regularization.layer_decay,
+            ema=inputs.ema,
         )
         add_throughput_callback(trainer, warmup_steps=args.report.throughput_warmup_steps,
                                 peak_tflops=args.report.peak_tflops, engine=world.engine,

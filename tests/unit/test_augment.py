@@ -24,8 +24,8 @@ from hf_vit_scaling.augment import (
     soft_target_cross_entropy,
     soft_targets,
 )
+from hf_vit_scaling.data.device_transforms import DevicePreprocessor
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.fast_input import DevicePreprocessor
 
 MEAN = STD = (0.5, 0.5, 0.5)
 NUM_CLASSES, SIZE = 10, 16  # the tiny_vit fixture's classes and image size
