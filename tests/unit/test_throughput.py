@@ -3,12 +3,12 @@ data wait, the report's schema (docs/throughput.md shows every key), the sync-wa
 are in tests/launched/test_throughput_launched.py."""
 
 import json
-import time
 
 import pytest
 import torch
 from transformers import TrainerControl, TrainerState, TrainingArguments, ViTConfig, ViTForImageClassification
 
+from hf_vit_scaling.throughput import timing
 from hf_vit_scaling.throughput.report import format_report
 from hf_vit_scaling.throughput.schema import REPORT_SCHEMA, load_throughput_report, schema_markdown
 from hf_vit_scaling.throughput.summary import estimate_sync_wait, summarize
@@ -24,10 +24,28 @@ def test_sync_wait_against_hand_computed_values():
     assert estimate_sync_wait([[1.0], [1.0], [1.0]]) == [0.0, 0.0, 0.0]
 
 
-class _Driver:
-    """Drives the callback through Trainer events in one process, with a real tiny model."""
+class _Clock:
+    """Stands in for time.perf_counter in the timing module: time passes only when the test says so, so the
+    figures are exact whatever the machine's load."""
 
-    def __init__(self, tmp_path, warmup_steps):
+    def __init__(self):
+        self.now = 1000.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+STEP_COMPUTE_S = 0.01  # what every step's forward, backward and optimizer "take" on the fake clock
+
+
+class _Driver:
+    """Drives the callback through Trainer events in one process, with a real tiny model and a fake clock."""
+
+    def __init__(self, tmp_path, warmup_steps, clock):
+        self.clock = clock
         self.args = TrainingArguments(
             output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=4, report_to="none"
         )
@@ -48,11 +66,11 @@ class _Driver:
     def step(self, batch=4, extra_seconds=0.0, wait_before=0.0, evaluate_before=False):
         if evaluate_before:
             self.cb.on_evaluate(self.args, self.state, self.control)
-        time.sleep(wait_before)
+        self.clock.sleep(wait_before)
         self.cb.on_step_begin(self.args, self.state, self.control)
         loss = self.model(pixel_values=torch.randn(batch, 3, 8, 8), labels=torch.zeros(batch, dtype=torch.long)).loss
         loss.backward()
-        time.sleep(extra_seconds)
+        self.clock.sleep(STEP_COMPUTE_S + extra_seconds)
         self.cb.on_step_end(self.args, self.state, self.control)
 
     def report(self):
@@ -61,8 +79,15 @@ class _Driver:
         return self.cb.report
 
 
-def test_warmup_steps_are_excluded(tmp_path):
-    driver = _Driver(tmp_path, warmup_steps=3)
+@pytest.fixture
+def clock(monkeypatch):
+    fake = _Clock()
+    monkeypatch.setattr(timing, "time", fake)
+    return fake
+
+
+def test_warmup_steps_are_excluded(tmp_path, clock):
+    driver = _Driver(tmp_path, warmup_steps=3, clock=clock)
     for _ in range(3):
         driver.step(extra_seconds=0.3)  # slow warm-up (compilation, caches)
     for _ in range(6):
@@ -70,25 +95,25 @@ def test_warmup_steps_are_excluded(tmp_path):
     report = driver.report()
     assert report["throughput"]["steps_measured"] == 6
     assert report["throughput"]["images_measured"] == 30  # 6 steps x 5 images; warm-up's 4-image batches excluded
-    assert report["step_time_s"]["p90"] < 0.3  # none of the slow warm-up steps
-    with_warmup = _Driver(tmp_path, warmup_steps=0)
+    assert report["step_time_s"]["p90"] == pytest.approx(STEP_COMPUTE_S)  # none of the slow warm-up steps
+    with_warmup = _Driver(tmp_path, warmup_steps=0, clock=clock)
     for _ in range(3):
         with_warmup.step(extra_seconds=0.3)
-    assert with_warmup.report()["step_time_s"]["mean"] >= 0.3
+    assert with_warmup.report()["step_time_s"]["mean"] == pytest.approx(0.3 + STEP_COMPUTE_S)
 
 
-def test_eval_time_is_not_data_wait(tmp_path):
-    driver = _Driver(tmp_path, warmup_steps=0)
+def test_eval_time_is_not_data_wait(tmp_path, clock):
+    driver = _Driver(tmp_path, warmup_steps=0, clock=clock)
     driver.step()
     driver.step(wait_before=0.05)
     driver.step(wait_before=0.5, evaluate_before=True)
     report = driver.report()
-    assert 0.04 < report["step_time_s"]["data_wait_mean"] < 0.2  # the 0.5 s evaluation pause is not counted
-    assert report["throughput"]["measured_time_s"] < 0.5 + 0.3
+    assert report["step_time_s"]["data_wait_mean"] == pytest.approx(0.05)  # the 0.5 s evaluation pause is not counted
+    assert report["throughput"]["measured_time_s"] == pytest.approx(3 * STEP_COMPUTE_S + 0.05)
 
 
-def test_report_has_the_documented_schema_and_the_docs_page_shows_it(tmp_path):
-    driver = _Driver(tmp_path, warmup_steps=1)
+def test_report_has_the_documented_schema_and_the_docs_page_shows_it(tmp_path, clock):
+    driver = _Driver(tmp_path, warmup_steps=1, clock=clock)
     for _ in range(4):
         driver.step()
     report = driver.report()
