@@ -100,8 +100,12 @@ def roc_auc(references, scores, multi_class: str | None = None) -> float:
 def roc_points(references, scores, pos_label: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(false positive rates, true positive rates, thresholds) of every distinct threshold, as scikit-learn's
     `roc_curve` (the first threshold is +inf: nothing predicted positive)."""
-    fpr, tpr, thresholds = roc_curve(_ints(references), np.asarray(scores, dtype=np.float64).reshape(-1),
-                                     pos_label=pos_label, drop_intermediate=False)
+    fpr, tpr, thresholds = roc_curve(
+        _ints(references),
+        np.asarray(scores, dtype=np.float64).reshape(-1),
+        pos_label=pos_label,
+        drop_intermediate=False,
+    )
     return fpr, tpr, thresholds
 
 
@@ -117,8 +121,12 @@ def calibration_bins(references, probabilities, n_bins: int = 15) -> dict[str, n
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_confidence = np.bincount(index, weights=confidence, minlength=n_bins) / count
         bin_accuracy = np.bincount(index, weights=(predicted == y).astype(np.float64), minlength=n_bins) / count
-    return {"edges": np.linspace(0, 1, n_bins + 1), "count": count, "confidence": mean_confidence,
-            "accuracy": bin_accuracy}
+    return {
+        "edges": np.linspace(0, 1, n_bins + 1),
+        "count": count,
+        "confidence": mean_confidence,
+        "accuracy": bin_accuracy,
+    }
 
 
 def expected_calibration_error(references, probabilities, n_bins: int = 15) -> float:

@@ -91,8 +91,9 @@ def choose_threshold(references, scores, rule: str = "youden", min_sensitivity: 
 # ---------------------------------------------------------------- bootstrap confidence intervals
 
 
-def bootstrap_ci(statistic, references, scores, groups=None, n_resamples: int = 1000, confidence: float = 0.95,
-                 seed: int = 0) -> dict:
+def bootstrap_ci(
+    statistic, references, scores, groups=None, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
+) -> dict:
     """Percentile bootstrap interval (Efron & Tibshirani 1993, ch. 13) of `statistic(references, scores)`.
 
     Resampling is stratified by label, as pROC's default for AUROC (Robin et al. 2011): every resample keeps each
@@ -120,8 +121,16 @@ def bootstrap_ci(statistic, references, scores, groups=None, n_resamples: int = 
     return {"value": float(statistic(y, s)), "ci_low": float(low), "ci_high": float(high)}
 
 
-def binary_report(references, probabilities, threshold: float, groups=None, n_resamples: int = 1000,
-                  confidence: float = 0.95, seed: int = 0, n_bins: int = 15) -> dict:
+def binary_report(
+    references,
+    probabilities,
+    threshold: float,
+    groups=None,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    n_bins: int = 15,
+) -> dict:
     """Test metrics of a binary classifier (label 1 = positive) at a fixed threshold, each with its bootstrap
     interval: the point values from the shipped `evaluate` modules, the intervals from the same formulas on the
     resamples. `probabilities`: (N, 2) class probabilities. Also the confusion matrix at the threshold."""
@@ -131,14 +140,20 @@ def binary_report(references, probabilities, threshold: float, groups=None, n_re
     decided = (positive >= threshold).astype(np.int64)
     values = {
         "roc_auc": load_metric("roc_auc").compute(references=y, prediction_scores=positive)["roc_auc"],
-        **{k: v for k, v in load_metric("sensitivity_specificity").compute(
-            references=y, prediction_scores=positive, threshold=threshold).items()
-           if k in ("sensitivity", "specificity")},
+        **{
+            k: v
+            for k, v in load_metric("sensitivity_specificity")
+            .compute(references=y, prediction_scores=positive, threshold=threshold)
+            .items()
+            if k in ("sensitivity", "specificity")
+        },
         "balanced_accuracy": load_metric("balanced_accuracy").compute(references=y, predictions=decided)[
-            "balanced_accuracy"],
+            "balanced_accuracy"
+        ],
         "accuracy": load_metric("accuracy").compute(references=y, predictions=decided)["accuracy"],
         "expected_calibration_error": load_metric("expected_calibration_error").compute(
-            references=y, prediction_scores=p, n_bins=n_bins)["expected_calibration_error"],
+            references=y, prediction_scores=p, n_bins=n_bins
+        )["expected_calibration_error"],
     }
     statistics = {
         "roc_auc": lambda yy, pp: cm.roc_auc(yy, pp[:, 1]),
@@ -153,10 +168,16 @@ def binary_report(references, probabilities, threshold: float, groups=None, n_re
         interval = bootstrap_ci(statistic, y, p, groups, n_resamples, confidence, seed)
         report[name] = {"value": float(values[name]), "ci_low": interval["ci_low"], "ci_high": interval["ci_high"]}
     report["confusion_matrix"] = load_metric("confusion_matrix").compute(
-        references=y, predictions=decided, num_classes=2)["confusion_matrix"]
+        references=y, predictions=decided, num_classes=2
+    )["confusion_matrix"]
     report["threshold"] = float(threshold)
-    report["bootstrap"] = {"resamples": n_resamples, "confidence": confidence, "seed": seed,
-                           "units": "groups" if groups is not None else "images", "stratified_by": "label"}
+    report["bootstrap"] = {
+        "resamples": n_resamples,
+        "confidence": confidence,
+        "seed": seed,
+        "units": "groups" if groups is not None else "images",
+        "stratified_by": "label",
+    }
     return report
 
 
@@ -217,10 +238,20 @@ def save_roc_curve(path: str, references, scores, threshold: float | None = None
     ax.plot([0, 1], [0, 1], ls="--", color="grey", lw=1, label="chance")
     if threshold is not None:
         point = cm.sensitivity_specificity(references, scores, threshold)
-        ax.plot(1 - point["specificity"], point["sensitivity"], "o", color="C3",
-                label=f"threshold {threshold:.3f}: sens {point['sensitivity']:.3f}, spec {point['specificity']:.3f}")
-    ax.set(xlabel="1 - specificity (false positive rate)", ylabel="sensitivity (true positive rate)", title=title,
-           xlim=(0, 1), ylim=(0, 1.01))
+        ax.plot(
+            1 - point["specificity"],
+            point["sensitivity"],
+            "o",
+            color="C3",
+            label=f"threshold {threshold:.3f}: sens {point['sensitivity']:.3f}, spec {point['specificity']:.3f}",
+        )
+    ax.set(
+        xlabel="1 - specificity (false positive rate)",
+        ylabel="sensitivity (true positive rate)",
+        title=title,
+        xlim=(0, 1),
+        ylim=(0, 1.01),
+    )
     ax.legend(loc="lower right", fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
@@ -228,8 +259,9 @@ def save_roc_curve(path: str, references, scores, threshold: float | None = None
     return path
 
 
-def save_reliability_diagram(path: str, references, probabilities, n_bins: int = 15,
-                             title: str = "Reliability diagram") -> str:
+def save_reliability_diagram(
+    path: str, references, probabilities, n_bins: int = 15, title: str = "Reliability diagram"
+) -> str:
     """Accuracy against mean confidence per confidence bin (Guo et al. 2017, fig. 1), with the ECE and the share of
     images per bin, as a PNG. A calibrated model's bars meet the diagonal."""
     plt = pyplot()
@@ -237,12 +269,22 @@ def save_reliability_diagram(path: str, references, probabilities, n_bins: int =
     ece = cm.expected_calibration_error(references, probabilities, n_bins)
     edges, width = bins["edges"], 1.0 / n_bins
     filled = bins["count"] > 0
-    fig, (ax, hist) = plt.subplots(2, 1, figsize=(4.5, 5.5), dpi=120, sharex=True,
-                                   gridspec_kw={"height_ratios": [3, 1]})
-    ax.bar(edges[:-1][filled], bins["accuracy"][filled], width=width, align="edge", edgecolor="black",
-           label="accuracy")
-    ax.bar(edges[:-1][filled], (bins["confidence"] - bins["accuracy"])[filled], bottom=bins["accuracy"][filled],
-           width=width, align="edge", color="C3", alpha=0.35, label="gap to confidence")
+    fig, (ax, hist) = plt.subplots(
+        2, 1, figsize=(4.5, 5.5), dpi=120, sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+    )
+    ax.bar(
+        edges[:-1][filled], bins["accuracy"][filled], width=width, align="edge", edgecolor="black", label="accuracy"
+    )
+    ax.bar(
+        edges[:-1][filled],
+        (bins["confidence"] - bins["accuracy"])[filled],
+        bottom=bins["accuracy"][filled],
+        width=width,
+        align="edge",
+        color="C3",
+        alpha=0.35,
+        label="gap to confidence",
+    )
     ax.plot([0, 1], [0, 1], ls="--", color="grey", lw=1)
     ax.set(ylabel="accuracy", title=f"{title} (ECE {ece:.3f}, {n_bins} bins)", xlim=(0, 1), ylim=(0, 1))
     ax.legend(loc="upper left", fontsize=7)

@@ -106,8 +106,9 @@ def _hamming_block(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     return _POPCOUNT8[x].sum(axis=-1, dtype=np.int32)
 
 
-def near_duplicate_pairs(hashes: np.ndarray, threshold: int = DEFAULT_NEAR_DUPLICATE_THRESHOLD,
-                         block: int = 256) -> list[tuple[int, int, int]]:
+def near_duplicate_pairs(
+    hashes: np.ndarray, threshold: int = DEFAULT_NEAR_DUPLICATE_THRESHOLD, block: int = 256
+) -> list[tuple[int, int, int]]:
     """Every (i, j, distance) with i < j and Hamming distance <= threshold, in row-major order."""
     if not 0 <= threshold < HASH_BITS:
         raise UserInputError(f"near-duplicate threshold {threshold} must be in 0..{HASH_BITS - 1} bits.")
@@ -173,9 +174,11 @@ class DuplicateReport:
 
     def summary(self, labels: Sequence | None = None) -> dict:
         """Counts for logs and the model card; with labels, also the groups that hold more than one label."""
-        paired = {i for pair in self.exact_pairs for i in pair} | {i for i, j, _ in self.near_pairs} | {
-            j for _, j, _ in self.near_pairs
-        }
+        paired = (
+            {i for pair in self.exact_pairs for i in pair}
+            | {i for i, j, _ in self.near_pairs}
+            | {j for _, j, _ in self.near_pairs}
+        )
         groups = self.duplicate_groups
         info = {
             "images": len(self.groups),
@@ -191,8 +194,9 @@ class DuplicateReport:
         return info
 
 
-def find_duplicates(images: Iterable, threshold: int = DEFAULT_NEAR_DUPLICATE_THRESHOLD,
-                    base_groups: Sequence | None = None) -> DuplicateReport:
+def find_duplicates(
+    images: Iterable, threshold: int = DEFAULT_NEAR_DUPLICATE_THRESHOLD, base_groups: Sequence | None = None
+) -> DuplicateReport:
     """Hash `images` and group exact and near duplicates (and equal `base_groups` ids) with union-find."""
     contents, perceptual = hash_images(images)
     first_seen: dict[str, int] = {}
@@ -218,8 +222,9 @@ def check_fractions(fractions: Sequence[float]) -> tuple[float, ...]:
     return tuple(float(f) for f in fractions)
 
 
-def split_with_groups(labels: Sequence, groups: Sequence | None = None,
-                      fractions: Sequence[float] = (0.7, 0.15, 0.15), seed: int = 0) -> list[str]:
+def split_with_groups(
+    labels: Sequence, groups: Sequence | None = None, fractions: Sequence[float] = (0.7, 0.15, 0.15), seed: int = 0
+) -> list[str]:
     """Split name per image, stratified by label, every group whole in one split.
 
     Each group counts toward its most frequent label (ties: the smallest label). Within a label, groups go largest
@@ -326,7 +331,9 @@ def check_split_records(records: Sequence[SplitRecord], where: str = "split") ->
     split_of_group: dict[str, str] = {}
     for r in records:
         if r.split not in SPLIT_NAMES:
-            raise UserInputError(f"{where}: {r.path!r} has split {r.split!r}. Fix: use one of {', '.join(SPLIT_NAMES)}.")
+            raise UserInputError(
+                f"{where}: {r.path!r} has split {r.split!r}. Fix: use one of {', '.join(SPLIT_NAMES)}."
+            )
         if r.path in seen:
             raise UserInputError(f"{where}: {r.path!r} is listed twice. Fix: list every image once.")
         seen.add(r.path)
@@ -347,8 +354,9 @@ def split_folder_path(out_dir: str, record: SplitRecord, resize: int | None = No
     return os.path.join(out_dir, record.split, record.label, f"{record.group}-{name}")
 
 
-def write_split_folders(records: Iterable[SplitRecord], source_root: str, out_dir: str,
-                        resize: int | None = None) -> dict[str, int]:
+def write_split_folders(
+    records: Iterable[SplitRecord], source_root: str, out_dir: str, resize: int | None = None
+) -> dict[str, int]:
     """`out_dir/<split>/<label>/` image folders (datasets' imagefolder layout) from split records whose paths are
     relative to `source_root`: symlinks to the originals, or with `resize` square RGB PNGs of that many pixels (one
     size for every image, so the recipe's batched device input path applies; the recipe resizes to a square anyway).

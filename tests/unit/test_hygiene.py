@@ -26,7 +26,9 @@ from hf_vit_scaling.hygiene import (
 def scan(seed: int, size: int = 160) -> Image.Image:
     """A smooth, MRI-like test image: a bright ring (skull) around random low-frequency blobs."""
     rng = np.random.default_rng(seed)
-    blobs = Image.fromarray(rng.integers(0, 255, (6, 6), dtype=np.uint8)).resize((size, size), Image.Resampling.BICUBIC)
+    blobs = Image.fromarray(rng.integers(0, 255, (6, 6), dtype=np.uint8)).resize(
+        (size, size), Image.Resampling.BICUBIC
+    )
     y, x = np.mgrid[:size, :size] / size - 0.5
     radius = np.hypot(x, y)
     pixels = np.asarray(blobs, dtype=np.float64) * (radius < 0.4) + 230 * ((radius >= 0.4) & (radius < 0.45))
@@ -112,8 +114,11 @@ def test_split_with_a_zero_fraction_and_bad_fractions():
 
 
 def test_split_file_round_trips_and_refuses_leaks(tmp_path):
-    records = [SplitRecord("yes/a.jpg", "yes", "train", "g0"), SplitRecord("no/b, c.jpg", "no", "test", "g1"),
-               SplitRecord("yes/d.png", "yes", "train", "g0")]
+    records = [
+        SplitRecord("yes/a.jpg", "yes", "train", "g0"),
+        SplitRecord("no/b, c.jpg", "no", "test", "g1"),
+        SplitRecord("yes/d.png", "yes", "train", "g0"),
+    ]
     path = write_split_file(str(tmp_path / "split.csv"), records)
     assert read_split_file(path) == records
     assert open(path, encoding="utf-8").readline().strip() == "path,label,split,group"

@@ -29,7 +29,9 @@ def test_weighted_loss_by_hand_and_equal_to_plain_loss_with_unit_weights():
     assert weighted_cross_entropy(logits, labels, weights) == pytest.approx(expected.item())
     # The Trainer's global item count replaces the local batch size (sum over ranks and accumulation steps).
     assert weighted_cross_entropy(logits, labels, weights, torch.tensor(6)) == pytest.approx(expected.item() / 2)
-    assert weighted_cross_entropy(logits, labels, torch.ones(2)) == pytest.approx(F.cross_entropy(logits, labels).item())
+    assert weighted_cross_entropy(logits, labels, torch.ones(2)) == pytest.approx(
+        F.cross_entropy(logits, labels).item()
+    )
 
 
 def test_the_flag_changes_the_loss_weights_as_stated():

@@ -13,8 +13,12 @@ from hf_vit_scaling.medical_card import (
 METRIC = {"value": 0.9, "ci_low": 0.85, "ci_high": 0.95}
 RESULTS = {
     "positive_label": "yes",
-    "threshold_choice": {"threshold": 0.42, "rule": "youden", "validation_sensitivity": 0.93,
-                         "validation_specificity": 0.91},
+    "threshold_choice": {
+        "threshold": 0.42,
+        "rule": "youden",
+        "validation_sensitivity": 0.93,
+        "validation_specificity": 0.91,
+    },
     "test": {
         **{key: dict(METRIC) for key, _, _ in CARD_METRICS},
         "confusion_matrix": [[200, 25], [20, 204]],
@@ -35,8 +39,11 @@ HYGIENE = {
     "groups_with_mixed_labels": 1,
     "split_method": "grouped stratified split 0.7/0.15/0.15 (seed 42)",
     "split_file": "split.csv",
-    "class_balance": {"train": {"no": 1049, "yes": 1051}, "validation": {"no": 226, "yes": 225},
-                      "test": {"no": 225, "yes": 224}},
+    "class_balance": {
+        "train": {"no": 1049, "yes": 1051},
+        "validation": {"no": 226, "yes": 225},
+        "test": {"no": 225, "yes": 224},
+    },
 }
 
 
