@@ -27,6 +27,15 @@ SHIPPED_METRICS = (
     "top_k_accuracy",
 )
 THRESHOLD_RULES = ("youden", "sensitivity")
+# What `binary_report` gives, each with a bootstrap interval.
+BINARY_REPORT_METRICS = (
+    "roc_auc",
+    "sensitivity",
+    "specificity",
+    "balanced_accuracy",
+    "accuracy",
+    "expected_calibration_error",
+)
 
 # The input columns of the modules (datasets features): labels, per-class scores, or one positive-class score.
 LABEL_INPUTS = {"predictions": Value("int64"), "references": Value("int64")}

@@ -11,6 +11,8 @@ import os
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from .hygiene import SPLIT_NAMES
+
 NOT_FOR_CLINICAL_USE = "Not for clinical use"
 REQUIRED_SECTIONS = (
     "## Intended use",
@@ -55,9 +57,9 @@ trained with hf-vit-scaling `recipes/medical_brain_mri/` (Hugging Face Trainer +
 ## Split method and data hygiene
 
 - Split: {split_method}.
-- Duplicates found before splitting: {exact} exact duplicate image(s) (same pixels); {with_duplicate} images have an
-  exact or near duplicate, in {dup_groups} groups ({redundant} redundant copies); {distinct} distinct groups in all;
-  {mixed} group(s) hold both labels. No group, and so no duplicate, is in more than one split.
+- Duplicates found before splitting: {exact_duplicate_images} exact duplicate image(s) (same pixels); {images_with_a_duplicate} images have an
+  exact or near duplicate, in {groups_of_two_or_more} groups ({redundant_images} redundant copies); {distinct_groups} distinct
+  groups in all; {groups_with_mixed_labels} group(s) hold both labels. No group, and so no duplicate, is in more than one split.
 - Split file: `{split_file}` (path, label, split, group) reproduces the split exactly.
 
 | split | {label_header} | total |
@@ -68,7 +70,7 @@ trained with hf-vit-scaling `recipes/medical_brain_mri/` (Hugging Face Trainer +
 
 Held-out test split: {test_images} images in {test_groups} duplicate groups, never used for training or for any
 choice. The decision threshold was chosen on the validation split ({rule}: threshold {threshold:.4f}; validation
-sensitivity {val_sens:.3f}, specificity {val_spec:.3f}) and applied unchanged to test. Intervals: {confidence:.0%}
+sensitivity {validation_sensitivity:.3f}, specificity {validation_specificity:.3f}) and applied unchanged to test. Intervals: {confidence:.0%}
 percentile bootstrap, {resamples} resamples of whole duplicate groups, stratified by label (seed {seed}).
 
 | metric | value | {confidence:.0%} CI |
@@ -81,11 +83,11 @@ Confusion matrix at the threshold (rows: true {negative}/{positive}; columns: pr
 
 ## Limitations
 
-- About {distinct} distinct scans after grouping duplicates; the test split holds {test_groups} groups, so intervals are
+- About {distinct_groups} distinct scans after grouping duplicates; the test split holds {test_groups} groups, so intervals are
   wide and small differences between models are noise.
 - Single source, no patient ids: slices of one patient that are not near duplicates may still sit in different
   splits; no demographic, scanner or site information, so no subgroup analysis is possible.
-- Trained from scratch at low resolution on a CPU: small lesions may be invisible at {image_size} px.
+- Trained from scratch at low resolution: small lesions may be invisible at {image_size} px.
 - Probabilities are calibrated only as the reliability diagram shows; the threshold fits this validation split only.
 
 ## How to use
@@ -144,48 +146,36 @@ def render_medical_card(
     labels = list(next(iter(balance.values())))
     positive = results["positive_label"]
     negative = next((label for label in labels if label != positive), "negative")
-    boot = test["bootstrap"]
     metric_rows = "\n".join(
         f"| {name} | {_fmt(test[key]['value'])} | {_fmt(test[key]['ci_low'])} - {_fmt(test[key]['ci_high'])} |"
         for key, name, _ in CARD_METRICS
     )
-    body = BODY.format(
-        model_name=model_name,
-        model_desc=model_desc,
-        not_for_clinical_use=NOT_FOR_CLINICAL_USE,
-        positive=positive,
-        negative=negative,
-        source=hygiene["source"],
-        images=hygiene["images"],
-        classes=", ".join(labels),
-        image_size=image_size,
-        split_method=hygiene["split_method"],
-        exact=hygiene["exact_duplicate_images"],
-        with_duplicate=hygiene["images_with_a_duplicate"],
-        dup_groups=hygiene["groups_of_two_or_more"],
-        redundant=hygiene["redundant_images"],
-        distinct=hygiene["distinct_groups"],
-        mixed=hygiene.get("groups_with_mixed_labels", 0),
-        split_file=hygiene.get("split_file", "split.csv"),
-        label_header=" | ".join(labels),
-        label_rule="---|" * len(labels),
-        balance_rows="\n".join(
+    fields = {
+        "split_file": "split.csv",
+        "groups_with_mixed_labels": 0,
+        **hygiene,  # source, images, split_method and the duplicate counts of hf_vit_scaling.hygiene
+        **chosen,  # threshold, rule, validation_sensitivity, validation_specificity
+        **test["bootstrap"],  # confidence, resamples, seed
+        "model_name": model_name,
+        "model_desc": model_desc,
+        "image_size": image_size,
+        "not_for_clinical_use": NOT_FOR_CLINICAL_USE,
+        "positive": positive,
+        "negative": negative,
+        "classes": ", ".join(labels),
+        "label_header": " | ".join(labels),
+        "label_rule": "---|" * len(labels),
+        "balance_rows": "\n".join(
             f"| {split} | " + " | ".join(str(c) for c in counts.values()) + f" | {sum(counts.values())} |"
-            for split, counts in balance.items()
+            for split, counts in sorted(balance.items(), key=lambda item: SPLIT_NAMES.index(item[0]))
         ),
-        test_images=results["test_images"],
-        test_groups=results["test_groups"],
-        rule=chosen["rule"],
-        threshold=chosen["threshold"],
-        val_sens=chosen["validation_sensitivity"],
-        val_spec=chosen["validation_specificity"],
-        confidence=boot["confidence"],
-        resamples=boot["resamples"],
-        seed=boot["seed"],
-        metric_rows=metric_rows,
-        confusion=test["confusion_matrix"],
-        load_path=load_path or model_name,
-    )
+        "test_images": results["test_images"],
+        "test_groups": results["test_groups"],
+        "metric_rows": metric_rows,
+        "confusion": test["confusion_matrix"],
+        "load_path": load_path or model_name,
+    }
+    body = BODY.format(**fields)
     return f"---\n{card_metadata(results, dataset_name, model_name).to_yaml()}\n---\n{body}"
 
 

@@ -23,7 +23,14 @@ from transformers import AutoImageProcessor, AutoModelForImageClassification
 from hf_vit_scaling import write_json_atomically
 from hf_vit_scaling.classification_metrics import roc_auc, sensitivity_specificity, softmax
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.evaluation import binary_report, choose_threshold, pyplot, save_reliability_diagram, save_roc_curve
+from hf_vit_scaling.evaluation import (
+    BINARY_REPORT_METRICS,
+    binary_report,
+    choose_threshold,
+    pyplot,
+    save_reliability_diagram,
+    save_roc_curve,
+)
 from hf_vit_scaling.hygiene import open_image, read_split_file, split_folder_path
 from hf_vit_scaling.medical_card import write_medical_card
 
@@ -160,14 +167,7 @@ def main(argv=None) -> int:
         f"Test ({len(test_labels)} images, {len(set(test_groups))} groups; threshold {chosen['threshold']:.4f} "
         f"from validation, {chosen['rule']}):"
     )
-    for name in (
-        "roc_auc",
-        "sensitivity",
-        "specificity",
-        "balanced_accuracy",
-        "accuracy",
-        "expected_calibration_error",
-    ):
+    for name in BINARY_REPORT_METRICS:
         print(f"  {name:27s} {m[name]['value']:.4f}  (95% CI {m[name]['ci_low']:.4f}-{m[name]['ci_high']:.4f})")
     print(f"  confusion matrix (rows true no/yes, columns predicted): {m['confusion_matrix']}")
     argmax = results["test_at_argmax"]

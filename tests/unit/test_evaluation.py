@@ -9,6 +9,7 @@ from transformers import EvalPrediction
 from hf_vit_scaling import classification_metrics as cm
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.evaluation import (
+    BINARY_REPORT_METRICS,
     SHIPPED_METRICS,
     binary_report,
     bootstrap_ci,
@@ -145,14 +146,7 @@ def test_binary_report_and_plots(tmp_path):
     report = binary_report(LABELS, probs, threshold=0.5, n_resamples=50)
     assert report["roc_auc"]["value"] == 14 / 16 and report["sensitivity"]["value"] == 0.5
     assert report["specificity"]["value"] == 0.75 and report["confusion_matrix"] == [[3, 1], [2, 2]]
-    for name in (
-        "roc_auc",
-        "sensitivity",
-        "specificity",
-        "balanced_accuracy",
-        "accuracy",
-        "expected_calibration_error",
-    ):
+    for name in BINARY_REPORT_METRICS:
         assert report[name]["ci_low"] <= report[name]["value"] <= report[name]["ci_high"]
     roc = save_roc_curve(str(tmp_path / "roc.png"), LABELS, SCORES, threshold=0.5)
     reliability = save_reliability_diagram(str(tmp_path / "rel.png"), LABELS, probs)
@@ -164,3 +158,12 @@ def test_plots_without_matplotlib_say_how_to_install(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(UserInputError, match=r"hf-vit-scaling\[plots\]"):
         save_roc_curve(str(tmp_path / "roc.png"), LABELS, SCORES)
+
+
+def test_every_shipped_module_is_a_package_data_file():
+    """setup.cfg ships metric_modules/*/*.py: each module is <name>/<name>.py, the layout evaluate.load expects."""
+    folder = os.path.join(os.path.dirname(load_metric.__code__.co_filename), "metric_modules")
+    found = sorted(name for name in os.listdir(folder) if os.path.isfile(os.path.join(folder, name, f"{name}.py")))
+    assert found == sorted(SHIPPED_METRICS)
+    setup_cfg = open(os.path.join(os.path.dirname(folder), "..", "setup.cfg"), encoding="utf-8").read()
+    assert "hf_vit_scaling = metric_modules/*/*.py" in setup_cfg

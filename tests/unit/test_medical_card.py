@@ -62,7 +62,7 @@ def test_card_holds_every_medical_field():
     assert "| Specificity | 0.9000 | 0.8500 - 0.9500 |" in text
     assert "threshold 0.4200" in text and "validation" in text  # the threshold and where it came from
     assert "No licence for the images is stated" in text
-    assert "| test | 225 | 224 | 449 |" in text  # class balance per split
+    assert "| train | 1049 | 1051 | 2100 |\n| validation | 226 | 225 | 451 |\n| test | 225 | 224 | 449 |" in text
     assert "[[200, 25], [20, 204]]" in text
 
 
