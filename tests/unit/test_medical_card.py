@@ -39,10 +39,10 @@ HYGIENE = {
     "groups_with_mixed_labels": 1,
     "split_method": "grouped stratified split 0.7/0.15/0.15 (seed 42)",
     "split_file": "split.csv",
-    "class_balance": {
+    "class_balance": {  # sorted keys, as hygiene.json stores them; the card lists train, validation, test
+        "test": {"no": 225, "yes": 224},
         "train": {"no": 1049, "yes": 1051},
         "validation": {"no": 226, "yes": 225},
-        "test": {"no": 225, "yes": 224},
     },
 }
 
