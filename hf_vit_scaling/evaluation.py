@@ -80,6 +80,8 @@ def choose_threshold(references, scores, rule: str = "youden", min_sensitivity: 
     """
     if rule not in THRESHOLD_RULES:
         raise UserInputError(f"threshold rule {rule!r} is unknown. Fix: use one of {', '.join(THRESHOLD_RULES)}.")
+    if rule == "sensitivity" and not 0 < min_sensitivity <= 1:
+        raise UserInputError(f"minimum sensitivity {min_sensitivity} must be in (0, 1]. Fix: e.g. 0.95.")
     fpr, tpr, thresholds = cm.roc_points(references, scores)
     finite = np.isfinite(thresholds)  # the first point (+inf) predicts nothing positive
     fpr, tpr, thresholds = fpr[finite], tpr[finite], thresholds[finite]

@@ -102,7 +102,13 @@ def main(argv=None) -> int:
         model, processor = load_model(args.model_dir)
         label2id = {str(k): int(v) for k, v in model.config.label2id.items()}
         positive = label2id.get(args.positive_label)
-        with open(os.path.join(args.data_dir, "hygiene.json"), encoding="utf-8") as f:
+        hygiene_path = os.path.join(args.data_dir, "hygiene.json")
+        if not os.path.isfile(hygiene_path):
+            raise UserInputError(
+                f"--data_dir {args.data_dir!r} has no hygiene.json. Fix: run recipes/medical_brain_mri/prepare.py "
+                "--output_dir on it first (or point --data_dir at prepare.py's --output_dir)."
+            )
+        with open(hygiene_path, encoding="utf-8") as f:
             hygiene = json.load(f)
         started = time.time()
         torch.set_num_threads(max(1, os.cpu_count() or 1))

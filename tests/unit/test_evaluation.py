@@ -121,6 +121,8 @@ def test_threshold_choice_on_validation():
     assert choose_threshold(LABELS, SCORES, "sensitivity", 0.7)["threshold"] == 0.4
     with pytest.raises(UserInputError, match="threshold rule"):
         choose_threshold(LABELS, SCORES, "f1")
+    with pytest.raises(UserInputError, match=r"must be in \(0, 1\]"):
+        choose_threshold(LABELS, SCORES, "sensitivity", 1.5)
 
 
 def test_bootstrap_is_seeded_and_resamples_whole_groups():
