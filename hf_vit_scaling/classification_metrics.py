@@ -1,0 +1,145 @@
+"""Classification metric formulas, written once: the shipped `evaluate` modules (`metric_modules/`) wrap them, and the
+evaluation helpers (thresholds, bootstrap intervals) call them directly on numpy arrays.
+
+Conventions: `references` are integer labels 0..K-1; `predictions` are integer labels; `scores` are per-class scores
+(N, K) (logits or probabilities) or, for binary metrics, the positive class's probability (N,). A binary decision at
+threshold t predicts positive when score >= t. Confusion matrices are rows = true label, columns = predicted (as
+scikit-learn's).
+"""
+
+import numpy as np
+from sklearn.metrics import roc_auc_score, roc_curve
+
+
+def _ints(values) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64).reshape(-1)
+
+
+def _num_classes(*label_arrays, num_classes: int | None = None) -> int:
+    return int(num_classes) if num_classes else int(max(int(a.max(initial=-1)) for a in label_arrays) + 1)
+
+
+def confusion_matrix(references, predictions, num_classes: int | None = None) -> np.ndarray:
+    """(K, K) counts: entry [i, j] = images of true class i predicted as j."""
+    y, p = _ints(references), _ints(predictions)
+    k = _num_classes(y, p, num_classes=num_classes)
+    return np.bincount(y * k + p, minlength=k * k).reshape(k, k)
+
+
+def accuracy(references, predictions) -> float:
+    y, p = _ints(references), _ints(predictions)
+    return float((y == p).mean())
+
+
+def top_k_accuracy(references, scores, k: int) -> float:
+    """Fraction of rows whose true class is among the k highest scores. A row counts as correct when fewer than k
+    classes score strictly higher than the true one (ties with the true class are resolved in its favour); with
+    distinct scores this is the usual top-k."""
+    y, s = _ints(references), np.asarray(scores, dtype=np.float64)
+    higher = (s > s[np.arange(len(y)), y][:, None]).sum(axis=1)
+    return float((higher < k).mean())
+
+
+def per_class_accuracy(references, predictions, num_classes: int | None = None) -> np.ndarray:
+    """Recall of each class: correct / images of that class (NaN for a class with no images)."""
+    cm = confusion_matrix(references, predictions, num_classes)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.diag(cm) / cm.sum(axis=1)
+
+
+def balanced_accuracy(references, predictions, num_classes: int | None = None) -> float:
+    """Mean per-class recall over the classes present in `references` (Brodersen et al. 2010; scikit-learn's
+    `balanced_accuracy_score`). For two classes: (sensitivity + specificity) / 2."""
+    return float(np.nanmean(per_class_accuracy(references, predictions, num_classes)))
+
+
+def macro_f1(references, predictions, num_classes: int | None = None) -> float:
+    """Unweighted mean over classes of F1 = 2 TP / (2 TP + FP + FN); a class with no true and no predicted images
+    scores 0, as scikit-learn's `f1_score(average="macro", zero_division=0)`."""
+    cm = confusion_matrix(references, predictions, num_classes)
+    tp = np.diag(cm).astype(np.float64)
+    denominator = cm.sum(axis=0) + cm.sum(axis=1)  # (TP + FP) + (TP + FN)
+    f1 = np.divide(2 * tp, denominator, out=np.zeros_like(tp), where=denominator > 0)
+    return float(f1.mean())
+
+
+def binary_counts(references, scores, threshold: float, pos_label: int = 1) -> dict[str, int]:
+    """TP, FN, TN, FP of the decision score >= threshold."""
+    positive = _ints(references) == pos_label
+    predicted = np.asarray(scores, dtype=np.float64).reshape(-1) >= threshold
+    return {
+        "tp": int((positive & predicted).sum()),
+        "fn": int((positive & ~predicted).sum()),
+        "tn": int((~positive & ~predicted).sum()),
+        "fp": int((~positive & predicted).sum()),
+    }
+
+
+def sensitivity_specificity(references, scores, threshold: float, pos_label: int = 1) -> dict[str, float]:
+    """Sensitivity = TP / (TP + FN) (recall of the positive class), specificity = TN / (TN + FP), at `threshold`."""
+    c = binary_counts(references, scores, threshold, pos_label)
+    positives, negatives = c["tp"] + c["fn"], c["tn"] + c["fp"]
+    return {
+        "sensitivity": c["tp"] / positives if positives else float("nan"),
+        "specificity": c["tn"] / negatives if negatives else float("nan"),
+        "threshold": float(threshold),
+        **c,
+    }
+
+
+def roc_auc(references, scores, multi_class: str | None = None) -> float:
+    """Area under the ROC curve (ties in scores count half, the Mann-Whitney U statistic / (n+ n-); Hanley & McNeil
+    1982). Binary: `scores` is the positive class's score (N,). Multiclass (`multi_class="ovr"`): (N, K) probabilities,
+    the unweighted mean of the one-vs-rest areas (scikit-learn's `roc_auc_score(average="macro")`)."""
+    y = _ints(references)
+    if multi_class:
+        return float(roc_auc_score(y, np.asarray(scores, dtype=np.float64), multi_class=multi_class, average="macro"))
+    return float(roc_auc_score(y, np.asarray(scores, dtype=np.float64).reshape(-1)))
+
+
+def roc_points(references, scores, pos_label: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(false positive rates, true positive rates, thresholds) of every distinct threshold, as scikit-learn's
+    `roc_curve` (the first threshold is +inf: nothing predicted positive)."""
+    fpr, tpr, thresholds = roc_curve(
+        _ints(references),
+        np.asarray(scores, dtype=np.float64).reshape(-1),
+        pos_label=pos_label,
+        drop_intermediate=False,
+    )
+    return fpr, tpr, thresholds
+
+
+def calibration_bins(references, probabilities, n_bins: int = 15) -> dict[str, np.ndarray]:
+    """Equal-width confidence bins on [0, 1] (a confidence of exactly 1 goes to the last bin) for the reliability
+    diagram and the ECE: per bin the image count, mean confidence and accuracy (NaN when empty). Confidence is the
+    largest class probability, the prediction its class (Guo et al. 2017, section 2)."""
+    y = _ints(references)
+    p = np.asarray(probabilities, dtype=np.float64)
+    confidence, predicted = p.max(axis=1), p.argmax(axis=1)
+    index = np.minimum((confidence * n_bins).astype(np.int64), n_bins - 1)
+    count = np.bincount(index, minlength=n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_confidence = np.bincount(index, weights=confidence, minlength=n_bins) / count
+        bin_accuracy = np.bincount(index, weights=(predicted == y).astype(np.float64), minlength=n_bins) / count
+    return {
+        "edges": np.linspace(0, 1, n_bins + 1),
+        "count": count,
+        "confidence": mean_confidence,
+        "accuracy": bin_accuracy,
+    }
+
+
+def expected_calibration_error(references, probabilities, n_bins: int = 15) -> float:
+    """ECE = sum over bins b of |B_b| / N * |accuracy(B_b) - confidence(B_b)| (Naeini et al. 2015; Guo et al. 2017,
+    eq. 3), with `n_bins` equal-width bins (15, as Guo et al.)."""
+    bins = calibration_bins(references, probabilities, n_bins)
+    filled = bins["count"] > 0
+    gaps = np.abs(bins["accuracy"][filled] - bins["confidence"][filled])
+    return float((bins["count"][filled] / bins["count"].sum() * gaps).sum())
+
+
+def softmax(logits) -> np.ndarray:
+    """Row-wise softmax, shifted by the row maximum so that large logits do not overflow."""
+    z = np.asarray(logits, dtype=np.float64)
+    z = np.exp(z - z.max(axis=1, keepdims=True))
+    return z / z.sum(axis=1, keepdims=True)
