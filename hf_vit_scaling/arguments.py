@@ -17,6 +17,7 @@ from .deepspeed_config import check_ds_config_against_flags, load_ds_config, zer
 from .distributed import ensure_single_process_env
 from .errors import UserInputError
 from .hetero import parse_shares, parse_slow_ranks
+from .imbalance import CLASS_WEIGHTING
 from .learning_rate import LR_SCALING_RULES
 from .models import DEFAULT_PRESET, MODEL_PRESETS
 from .regularization_args import RegularizationArguments, check_regularization
@@ -149,6 +150,16 @@ class DataArguments:
             "and names it (skipped_images.json, all_results.json); fail decodes every image before training and "
             "stops at the first bad one, naming it.",
             "choices": ["skip", "fail"],
+        },
+    )
+
+    class_weighting: str = field(
+        default="none",
+        metadata={
+            "help": "Imbalanced classes: balanced weights each class's cross-entropy by N / (K x N_c) from the "
+            "training labels (scikit-learn's 'balanced'), so rare classes count as much as common ones. none: the "
+            "plain loss. Not combined with Mixup/CutMix or label smoothing.",
+            "choices": list(CLASS_WEIGHTING),
         },
     )
 
@@ -441,6 +452,18 @@ def check_training_numbers(training_args) -> None:
         )
 
 
+def check_class_weighting(args: RecipeArguments) -> None:
+    """Class weights multiply hard-label cross-entropy; soft targets (Mixup/CutMix, label smoothing) have their own
+    loss, and weighting them would need a per-class weight inside the mixed target: refused rather than guessed."""
+    reg = args.regularization
+    soft = (reg.mixup_alpha > 0 or reg.cutmix_alpha > 0) or args.training.label_smoothing_factor > 0
+    if args.data.class_weighting != "none" and soft:
+        raise UserInputError(
+            "--class_weighting cannot be combined with --mixup_alpha/--cutmix_alpha or --label_smoothing_factor "
+            "(their soft-target loss is not class-weighted). Fix: drop one of them."
+        )
+
+
 def validate_args(args: RecipeArguments) -> None:
     """Checks across argument groups (each group's own checks ran in its __post_init__)."""
     training = args.training
@@ -452,6 +475,7 @@ def validate_args(args: RecipeArguments) -> None:
     check_regularization(
         args.regularization, ds.config if ds is not None else None, args.engine.sequence_parallel_size
     )
+    check_class_weighting(args)
     preset = args.model.preset
     check_sequence_parallel(
         args.engine.sequence_parallel_size,

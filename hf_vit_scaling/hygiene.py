@@ -1,4 +1,5 @@
-"""Data hygiene before a split: exact and near-duplicate images, grouped stratified splits, a split file, class balance.
+"""Data hygiene before a split: exact and near-duplicate images, grouped stratified splits, a split file, class
+balance.
 
 An image on both sides of a split makes a held-out score measure memory instead of generalisation. Br35H (3,000 brain
 MRIs) is the worked case: one byte-identical pair, but 2,776 images fall in 583 groups of near duplicates (the same
@@ -317,7 +318,8 @@ def read_split_file(path: str) -> list[SplitRecord]:
         header = tuple(next(reader, ()))
         if header != SPLIT_FILE_COLUMNS:
             raise UserInputError(
-                f"split file {path!r} starts with {','.join(header) or 'nothing'}, not {','.join(SPLIT_FILE_COLUMNS)}. "
+                f"split file {path!r} starts with {','.join(header) or 'nothing'}, "
+                f"not {','.join(SPLIT_FILE_COLUMNS)}. "
                 "Fix: pass a split file written by hf_vit_scaling.hygiene.write_split_file."
             )
         records = [SplitRecord(*row) for row in reader if row]

@@ -57,9 +57,10 @@ trained with hf-vit-scaling `recipes/medical_brain_mri/` (Hugging Face Trainer +
 ## Split method and data hygiene
 
 - Split: {split_method}.
-- Duplicates found before splitting: {exact_duplicate_images} exact duplicate image(s) (same pixels); {images_with_a_duplicate} images have an
-  exact or near duplicate, in {groups_of_two_or_more} groups ({redundant_images} redundant copies); {distinct_groups} distinct
-  groups in all; {groups_with_mixed_labels} group(s) hold both labels. No group, and so no duplicate, is in more than one split.
+- Duplicates found before splitting: {exact_duplicate_images} exact duplicate image(s) (same pixels);
+  {images_with_a_duplicate} images have an exact or near duplicate, in {groups_of_two_or_more} groups
+  ({redundant_images} redundant copies); {distinct_groups} distinct groups in all; {groups_with_mixed_labels}
+  group(s) hold both labels. No group, and so no duplicate, is in more than one split.
 - Split file: `{split_file}` (path, label, split, group) reproduces the split exactly.
 
 | split | {label_header} | total |
@@ -70,8 +71,9 @@ trained with hf-vit-scaling `recipes/medical_brain_mri/` (Hugging Face Trainer +
 
 Held-out test split: {test_images} images in {test_groups} duplicate groups, never used for training or for any
 choice. The decision threshold was chosen on the validation split ({rule}: threshold {threshold:.4f}; validation
-sensitivity {validation_sensitivity:.3f}, specificity {validation_specificity:.3f}) and applied unchanged to test. Intervals: {confidence:.0%}
-percentile bootstrap, {resamples} resamples of whole duplicate groups, stratified by label (seed {seed}).
+sensitivity {validation_sensitivity:.3f}, specificity {validation_specificity:.3f}) and applied unchanged to test.
+Intervals: {confidence:.0%} percentile bootstrap, {resamples} resamples of whole duplicate groups, stratified by label
+(seed {seed}).
 
 | metric | value | {confidence:.0%} CI |
 |---|---|---|
@@ -83,8 +85,8 @@ Confusion matrix at the threshold (rows: true {negative}/{positive}; columns: pr
 
 ## Limitations
 
-- About {distinct_groups} distinct scans after grouping duplicates; the test split holds {test_groups} groups, so intervals are
-  wide and small differences between models are noise.
+- About {distinct_groups} distinct scans after grouping duplicates; the test split holds {test_groups} groups, so
+  intervals are wide and small differences between models are noise.
 - Single source, no patient ids: slices of one patient that are not near duplicates may still sit in different
   splits; no demographic, scanner or site information, so no subgroup analysis is possible.
 - Trained from scratch at low resolution: small lesions may be invisible at {image_size} px.

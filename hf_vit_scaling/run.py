@@ -36,6 +36,7 @@ from .distributed import global_batch_size, is_main_process
 from .engine import Engine, engine_of, start_engine
 from .flops import as_pair
 from .hetero import SlowRankSimulator, balanced_rank_batches
+from .imbalance import class_weighting_loss
 from .learning_rate import apply_lr_scaling
 from .log import logger, setup_logging
 from .metrics import make_compute_metrics
@@ -123,34 +124,50 @@ def build_model(model_args, label_names: list[str]):
     return build_model_from_preset(config), image_processor_for(config), f"{model_args.preset} trained from scratch"
 
 
-def prepare_inputs(args, world: World, data, model, processor, model_desc: str) -> TrainerInputs:
-    """Transforms for the chosen input path, the model's hooks in their order, per-rank batches, metrics, card."""
-    size, mean, std = as_pair(model.config.image_size)[0], processor.image_mean, processor.image_std
-    data_args = args.data
-    preprocessor = None
+def training_loss(args, data, augmenter):
+    """The Trainer's `compute_loss_func`: the augmenter's soft-target loss (Mixup/CutMix, label smoothing),
+    class-weighted cross-entropy, or None for the model's own loss. Reads the training labels, so call it before
+    the image transforms are set."""
+    if augmenter.produces_soft_targets:
+        return augmenter.loss
+    if args.data.class_weighting != "none":  # validate_args refused class weights beside soft targets
+        labels = data.splits["train"][data.label_column]
+        return class_weighting_loss(args.data.class_weighting, labels, len(data.label_names))
+    return None
+
+
+def attach_input_transforms(data, data_args, size: int, mean, std):
+    """(splits, collate, device preprocessor or None) for the input path `--input_path` resolves to."""
     input_path = choose_input_path(data, data_args.input_path)
-    check_regularization(args.regularization, input_path=input_path)
     if input_path == "device":
         # uint8 batches cross to the device; resize, augmentation and normalisation run there, batched.
-        splits, collate = attach_uint8_transforms(data), collate_uint8_batch
         preprocessor = DevicePreprocessor(size, mean, std, data_args.random_resized_crop, data_args.crop_scale_min,
                                           data_args.horizontal_flip)  # fmt: skip
-    else:
-        splits, collate = attach_transforms(data, size, mean, std, data_args), collate_image_batch
-    splits = with_sample_index(splits)  # batches say which rows they hold (skipped images, --trace_samples)
-    factor = args.cluster.slow_ranks.get(args.training.process_index, 1.0)
-    slow_rank = SlowRankSimulator(factor) if factor > 1.0 else None  # labelled in every report
+        return attach_uint8_transforms(data), collate_uint8_batch, preprocessor
+    return attach_transforms(data, size, mean, std, data_args), collate_image_batch, None
+
+
+def prepare_inputs(args, world: World, data, model, processor, model_desc: str) -> TrainerInputs:
+    """Transforms for the chosen input path, the model's hooks in their order, per-rank batches, the loss, metrics,
+    EMA and the model card's facts."""
+    size, mean, std = as_pair(model.config.image_size)[0], processor.image_mean, processor.image_std
     reg = args.regularization
     smoothing = args.training.label_smoothing_factor  # applied by the augmenter's loss, before mixing
     augmenter = BatchAugmenter.from_arguments(reg, len(data.label_names), mean, std, smoothing)
+    loss = training_loss(args, data, augmenter)
+    splits, collate, preprocessor = attach_input_transforms(data, args.data, size, mean, std)
+    check_regularization(reg, input_path="device" if preprocessor is not None else "per_sample")
+    splits = with_sample_index(splits)  # batches say which rows they hold (skipped images, --trace_samples)
+    factor = args.cluster.slow_ranks.get(args.training.process_index, 1.0)
+    slow_rank = SlowRankSimulator(factor) if factor > 1.0 else None  # labelled in every report
     eval_crop = EvalCenterCrop(size, reg.eval_crop_pct) if reg.eval_crop_pct else None
     attach_model_hooks(model, preprocessor, world.sequence_parallel, slow_rank,
                        augmenter if augmenter.active else None, eval_crop, reg.drop_path_rate)  # fmt: skip
     rank_batches = balanced_rank_batches(args.cluster.balance_batches, model, splits["train"], collate, args.training)
     card = model_card_facts(args, world, data, model, model_desc)
-    loss = augmenter.loss if augmenter.produces_soft_targets else None
     ema = EMACallback(reg.ema_decay, world.resume_from) if reg.ema_decay else None
-    return TrainerInputs(splits, collate, make_compute_metrics(len(data.label_names)), card, rank_batches, loss, ema)
+    metrics = make_compute_metrics(len(data.label_names))
+    return TrainerInputs(splits, collate, metrics, card, rank_batches, loss, ema)
 
 
 def model_card_facts(args, world: World, data, model, model_desc: str) -> dict:

@@ -3,20 +3,18 @@
 
 1. A 1:4 copy of a prepared Br35H (whole duplicate groups of tumour scans dropped, every split; links, no copies):
 
-    python recipes/medical_brain_mri/imbalance_demo.py subsample --data_dir outputs/br35h --output_dir outputs/br35h-1to4
+    python recipes/medical_brain_mri/imbalance_demo.py subsample --data_dir outputs/br35h \
+        --output_dir outputs/br35h-1to4
 
-2. Train twice with the recipe's flags, once per --class_weighting (none | balanced; see hf_vit_scaling/imbalance.py):
+2. Train twice with the recipe, once per --class_weighting (none | balanced; see hf_vit_scaling/imbalance.py):
 
-    accelerate launch --multi_gpu --num_processes 2 recipes/medical_brain_mri/imbalance_demo.py train \
+    accelerate launch --multi_gpu --num_processes 2 recipes/train_vit.py \
         --class_weighting balanced --ds_config ds_configs/zero2.json --model_preset vit-tiny-cpu --image_size 128 \
         --patch_size 16 --train_dir outputs/br35h-1to4/train --validation_dir outputs/br35h-1to4/validation \
         --output_dir outputs/imbalance-balanced ...
 
 3. evaluate_model.py --data_dir outputs/br35h-1to4 on each: sensitivity at the default decision (argmax) and at the
    validation-chosen threshold.
-
-`train` runs recipes/train_vit.py with the weighted loss passed as the Trainer's `compute_loss_func`, until the
-recipe has the flag itself.
 """
 
 import argparse
@@ -26,8 +24,6 @@ import sys
 from collections import defaultdict
 
 import numpy as np
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def subsample(args) -> int:
@@ -78,40 +74,9 @@ def subsample(args) -> int:
     return 0
 
 
-def train(argv: list[str]) -> int:
-    """recipes/train_vit.py with --class_weighting: the weights come from the --train_dir class folders (sorted names,
-    the label ids of datasets' imagefolder)."""
-    from hf_vit_scaling.imbalance import CLASS_WEIGHTING, class_weighting_loss
-
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--class_weighting", choices=CLASS_WEIGHTING, default="none")
-    parser.add_argument("--train_dir", required=True)
-    known, _ = parser.parse_known_args(argv)
-    argv = [
-        a for i, a in enumerate(argv) if a != "--class_weighting" and (i == 0 or argv[i - 1] != "--class_weighting")
-    ]
-    names = sorted(d for d in os.listdir(known.train_dir) if os.path.isdir(os.path.join(known.train_dir, d)))
-    labels = [i for i, name in enumerate(names) for _ in os.listdir(os.path.join(known.train_dir, name))]
-    loss = class_weighting_loss(known.class_weighting, labels, len(names))
-    if loss is not None and os.environ.get("RANK", "0") == "0":
-        print(f"Class weights {dict(zip(names, loss.class_weights.tolist()))} (w_c = N / (K N_c))", flush=True)
-
-    sys.path.insert(0, os.path.join(REPO, "recipes"))
-    import train_vit
-
-    class WeightedLossTrainer(train_vit.VitTrainer):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, compute_loss_func=loss, **kwargs)
-
-    train_vit.VitTrainer = WeightedLossTrainer
-    return train_vit.main(argv)
-
-
 def main() -> int:
-    if len(sys.argv) > 1 and sys.argv[1] == "train":
-        return train(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["subsample", "train"])
+    parser.add_argument("command", choices=["subsample"])
     parser.add_argument("--data_dir", default="outputs/br35h", help="prepare.py's --output_dir.")
     parser.add_argument("--output_dir", default="outputs/br35h-1to4")
     parser.add_argument("--minority_label", default="yes")

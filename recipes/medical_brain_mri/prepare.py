@@ -9,7 +9,8 @@ Writes, in --output_dir (each step is skipped when its output is already there):
     images/{yes,no}/*.jpg                      the originals, byte for byte
     split.csv                                  path,label,split,group: share it to reproduce the split exactly
     hygiene.json                               duplicate counts, groups holding both labels, settings, class balance
-    {train,validation,test}/{yes,no}/*         what the recipe reads (--train_dir, --validation_dir; test: evaluate_model.py)
+    {train,validation,test}/{yes,no}/*         what the recipe reads (--train_dir, --validation_dir; test:
+                                               evaluate_model.py)
 
 Any other image-classification dataset (e.g. MedMNIST with network: --dataset_name albertvillanova/medmnist-v2
 --dataset_config_name pneumoniamnist) goes through the same hygiene; --group_column_name keeps each patient or study

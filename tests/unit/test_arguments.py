@@ -141,3 +141,11 @@ def test_torchrun_restarts_need_latest_and_a_fresh_store_per_attempt(tmp_path):
         check_restart_setup(training_args, static)
     check_restart_setup(training_args, fresh_store)  # the launch the message recommends
     check_restart_setup(training_args, {"TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_USE_AGENT_STORE": "True"})
+
+
+def test_class_weighting_is_refused_beside_soft_targets(tmp_path):
+    base = ["--output_dir", str(tmp_path), "--class_weighting", "balanced"]
+    assert parse_args(base).data.class_weighting == "balanced"
+    for extra in (["--mixup_alpha", "0.2"], ["--label_smoothing_factor", "0.1"]):
+        with pytest.raises(UserInputError, match="--class_weighting cannot be combined"):
+            parse_args(base + extra)
