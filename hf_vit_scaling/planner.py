@@ -407,8 +407,9 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
     * between steps: weights, optimizer states and persistent buffers (torch DDP's gradient buckets, ZeRO-3's
       gradient partition and buckets); gradients are freed by `zero_grad(set_to_none=True)` (DDP, FSDP2) or
       rebuilt each backward (ZeRO-1/2's buckets and gradient partition);
-    * forward phase: activations, plus weights the engine holds whole for the forward (ZeRO-3's gathered weights,
-      FSDP2's unsharded layers, autocast's bf16 weight copies);
+    * forward phase (up to the start of backward): activations, plus weights the engine holds whole for the
+      forward (ZeRO-3's gathered weights, FSDP2's unsharded layers, autocast's bf16 weight copies) and what the
+      first gradient hook allocates (ZeRO-1/2 buckets and gradient partition);
     * backward end: the gradients that exist whole or in buckets, while the first layer's activations (recomputed
       under checkpointing), the pixels and one layer's working set are still live;
     * step phase: gradients + the optimizer step's temporaries (DeepSpeed's fp32 gradient partition).
@@ -423,74 +424,74 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
                            settings.sequence_parallel_size, autocast=autocast)
     first_layer = act["one_layer"] + act["pixels"] + act["backward_working_set"]
     notes: list[str] = []
-    static_buffers = forward_buffers = backward_buffers = step_buffers = 0
-    static_grads = backward_grads = step_grads = 0
+    static_grads = static_buffers = 0
+    # What comes on top of `static` at each moment, as (whole weights, gradients, buffers); activations are added below.
+    forward, backward_end, step = [0, 0, 0], [0, 0, 0], [0, 0, 0]
 
     if engine == "ddp":
         # torch DDP's Reducer keeps flat buckets holding a copy of every gradient (accelerate leaves
         # gradient_as_bucket_view=False); the .grad tensors themselves exist from backward to zero_grad.
         static_buffers = 4 * psi
-        backward_grads = step_grads = states["gradients"]
+        backward_end[1] = step[1] = states["gradients"]
         if autocast:
-            forward_buffers = 2 * psi  # bf16 weight copies autocast makes, kept by the matmuls for backward
+            forward[2] = 2 * psi  # bf16 weight copies autocast makes, kept by the matmuls for backward
             notes.append("bf16 via autocast: fp32 weights, bf16 weight copies during forward/backward")
     elif engine in ("zero1", "zero2", "zero2_offload"):
         elements, count = zero_buckets(engine, settings)
         bucket = elements * count * p
+        # The buckets (and ZeRO-2's contiguous gradient partition) are allocated by the first gradient hook, when
+        # nearly all activations are still live: they count at the start of backward ("forward") too.
         if engine == "zero1":
             # Gradients go into the bucket as they appear (views into it); what does not fit waits as .grad. The
             # reduction flattens them once more: bucket + pΨ at the end of backward (measured with the 5e8 default).
-            backward_grads = max(bucket, p * psi) + min(bucket, p * psi)
-            step_grads = p * shard
-            step_buffers = states["fp32_gradient_copy"]
+            forward[2] = bucket
+            backward_end[1:] = [p * psi, max(bucket, p * psi) + min(bucket, p * psi) - p * psi]
+            step[1:] = [p * shard, states["fp32_gradient_copy"]]
         elif engine == "zero2":
-            backward_grads = bucket + p * shard  # buckets + the contiguous gradient partition
-            step_grads = bucket + p * shard
-            step_buffers = states["fp32_gradient_copy"]
+            forward[1:] = backward_end[1:] = [p * shard, bucket]
+            step[1:] = [p * shard, bucket + states["fp32_gradient_copy"]]
         else:
             # Gradients leave the device bucket by bucket, through a staging tensor as large as the largest parameter.
-            backward_buffers = bucket + shape.largest_module_parameters * p
+            forward[2] = backward_end[2] = bucket + shape.largest_module_parameters * p
         if elements > psi:
             notes.append(f"reduce_bucket_size {elements:.3g} elements: DeepSpeed allocates the whole bucket "
                          f"({elements * p / GiB:.2f} GiB); set it to \"auto\" in the ds_config")
     elif engine in ("zero3", "zero3_offload"):
         elements, count = zero_buckets(engine, settings)
-        persistent = shape.zero3_persistent_parameters() * p
         gathered = zero3_gathered_parameters(shape) * p
-        static_buffers = elements * count * p + persistent
         static_grads = states["gradients"]
-        forward_buffers = gathered
+        static_buffers = elements * count * p + shape.zero3_persistent_parameters() * p
+        forward[0] = gathered
         if engine == "zero3":
             # The step flattens the 16-bit gradient partition and converts it to fp32 (two copies when p = 2).
-            step_buffers = states["fp32_gradient_copy"] + (p * shard if p != 4 else 0)
-        notes.append(f"ZeRO-3 keeps {gathered / GiB:.2f} GiB of weights gathered through forward "
+            step[2] = states["fp32_gradient_copy"] + (p * shard if p != 4 else 0)
+        notes.append(f"keeps {gathered / GiB:.2f} GiB of weights gathered through forward "
                      "(stage3_max_reuse_distance 1e9)")
     elif engine == "fsdp2":
         # Unsharded weights in the compute dtype: the root's own parameters and the final LayerNorm (not resharded
         # after forward), the current layer and the prefetched next one; in backward also one layer's unsharded
         # gradients before their reduce-scatter. Sharded gradients exist from backward to zero_grad.
         root = (psi - shape.num_hidden_layers * shape.layer_parameters) * p
-        forward_buffers = root + 2 * shape.layer_parameters * p
-        backward_buffers = root + 3 * shape.layer_parameters * p
-        backward_grads = step_grads = states["gradients"]
+        forward[0] = root + 2 * shape.layer_parameters * p
+        backward_end[:] = [root + 2 * shape.layer_parameters * p, states["gradients"], shape.layer_parameters * p]
+        step[1] = states["gradients"]
 
     static = states["parameters"] + static_grads + states["optimizer_states"] + static_buffers
-    forward_phase = act["total"] + forward_buffers
-    backward_end = first_layer + backward_grads + backward_buffers
-    step_phase = step_grads + step_buffers
-    peak = static + max(forward_phase, backward_end, step_phase)
+    forward_phase = act["total"] + sum(forward)
+    backward_end_phase = first_layer + sum(backward_end)
+    step_phase = sum(step)
+    peak = static + max(forward_phase, backward_end_phase, step_phase)
     margin = int(settings.memory_margin * settings.gpu_memory_bytes)
     usable = settings.gpu_memory_bytes - margin
-    zero3 = engine.startswith("zero3")
     return MemoryEstimate(
-        parameters=states["parameters"] + (forward_buffers if zero3 else 0),
-        gradients=max(static_grads, backward_grads, step_grads),
+        parameters=states["parameters"] + max(forward[0], backward_end[0], step[0]),
+        gradients=static_grads + max(forward[1], backward_end[1], step[1]),
         optimizer_states=states["optimizer_states"],
         activations=act["total"],
-        buffers=static_buffers + max(0 if zero3 else forward_buffers, backward_buffers, step_buffers),
+        buffers=static_buffers + max(forward[2], backward_end[2], step[2]),
         static=static,
         forward_phase=forward_phase,
-        backward_end=backward_end,
+        backward_end=backward_end_phase,
         step_phase=step_phase,
         peak=peak,
         margin=margin,
@@ -600,6 +601,28 @@ def engine_speed(engine: str, settings: PlanSettings) -> SpeedEstimate:
                          sequence_parallel_bytes=sp_bytes, sequence_parallel_s=sp_s, host_transfer_bytes=host_bytes,
                          host_transfer_s=host_s, cpu_optimizer_s=cpu_opt_s, step_s=step_s,
                          images_per_s=images / step_s, bandwidth_gbps=bandwidth)
+
+
+def epoch_seconds(engine: str, settings: PlanSettings, train_images: int) -> dict[str, float]:
+    """Estimated epoch time: each data-parallel rank gets ceil(images / replicas) images (PyTorch's
+    DistributedSampler pads to equal shares), computes them at the settings' TFLOP/s and pays the per-step
+    communication once per step, the last partial step included."""
+    replicas = settings.world_size // settings.sequence_parallel_size
+    per_rank = math.ceil(train_images / replicas)
+    steps = math.ceil(per_rank / settings.per_device_batch)
+    speed = engine_speed(engine, settings)
+    compute = per_rank / settings.per_device_batch * speed.compute_s
+    communication = steps * (speed.step_s - speed.compute_s)
+    return {"steps": steps, "compute_s": compute, "communication_s": communication,
+            "epoch_s": compute + communication}
+
+
+def achievable_tflops_from_epoch(shape: VitShape, train_images: int, epoch_s: float,
+                                 gradient_checkpointing: bool = False) -> float:
+    """The TFLOP/s one GPU achieved, from a measured single-GPU epoch (no communication in it): the planner's
+    calibration input. The study's T4 epoch: 50,000 images x 105.4 GFLOP / 1,817.65 s = 2.90 TFLOP/s."""
+    flops = train_images * vit_train_flops_per_image(shape) * (4 / 3 if gradient_checkpointing else 1)
+    return flops / epoch_s / 1e12
 
 
 # --------------------------------------------------------------------------- plan and recommendation
