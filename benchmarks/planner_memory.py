@@ -50,23 +50,54 @@ CONFIGS = {
 
 def predict(engine, preset, image_size, batch, checkpointing, precision) -> dict:
     shape = vit_shape(MODEL_PRESETS[preset], image_size=image_size, num_labels=NUM_LABELS)
-    settings = PlanSettings(shape=shape, per_device_batch=batch, gpus_per_node=WORLD, precision=precision,
-                            gradient_checkpointing=checkpointing, ds_configs=read_ds_configs(REPO / "ds_configs"))
+    settings = PlanSettings(
+        shape=shape,
+        per_device_batch=batch,
+        gpus_per_node=WORLD,
+        precision=precision,
+        gradient_checkpointing=checkpointing,
+        ds_configs=read_ds_configs(REPO / "ds_configs"),
+    )
     memory = engine_memory(engine, settings)
-    return {"peak": memory.peak, "static": memory.static, "forward_phase": memory.forward_phase,
-            "backward_end": memory.backward_end, "step_phase": memory.step_phase, "parameters": shape.num_parameters}
+    return {"peak": memory.peak, **memory.phases, "parameters": shape.num_parameters}
 
 
 def measure(name, engine, preset, image_size, batch, checkpointing, precision, steps, timeout) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"planner-{name}-") as out:
-        env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1",
-                   PYTHONWARNINGS="ignore", PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(
+            os.environ,
+            DS_ACCELERATOR="cpu",
+            OMP_NUM_THREADS="1",
+            HF_HUB_OFFLINE="1",
+            PYTHONWARNINGS="ignore",
+            PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        )
         for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
             env.pop(key, None)
-        cmd = [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node", str(WORLD), "--master_port",
-               str(29500 + os.getpid() % 1000), str(WORKER), "--engine", engine, "--model_preset", preset,
-               "--image_size", str(image_size), "--batch", str(batch), "--steps", str(steps),
-               "--num_labels", str(NUM_LABELS), "--precision", precision, "--output_dir", out]
+        cmd = [
+            str(Path(sys.executable).parent / "torchrun"),
+            "--nproc_per_node",
+            str(WORLD),
+            "--master_port",
+            str(29500 + os.getpid() % 1000),
+            str(WORKER),
+            "--engine",
+            engine,
+            "--model_preset",
+            preset,
+            "--image_size",
+            str(image_size),
+            "--batch",
+            str(batch),
+            "--steps",
+            str(steps),
+            "--num_labels",
+            str(NUM_LABELS),
+            "--precision",
+            precision,
+            "--output_dir",
+            out,
+        ]
         if checkpointing:
             cmd.append("--gradient_checkpointing")
         started = time.time()
@@ -99,12 +130,27 @@ def main() -> int:
         predicted = predict(engine, preset, image_size, batch, checkpointing, precision)
         measured = measure(name, *CONFIGS[name], steps=args.steps, timeout=args.timeout)
         error = predicted["peak"] / measured["peak"] - 1
-        rows.append({"name": name, "engine": engine, "preset": preset, "image_size": image_size, "batch": batch,
-                     "gradient_checkpointing": checkpointing, "precision": precision,
-                     "predicted": predicted, "measured": measured, "peak_error": round(error, 4)})
-        print(f"{name:16s} predicted {predicted['peak'] / 2**20:8.1f} MiB  measured {measured['peak'] / 2**20:8.1f} "
-              f"MiB  error {error:+.1%}  (static {predicted['static'] / 2**20:.1f} vs "
-              f"{measured['static'] / 2**20:.1f} MiB, {measured['wall_s']} s)", file=sys.stderr, flush=True)
+        rows.append(
+            {
+                "name": name,
+                "engine": engine,
+                "preset": preset,
+                "image_size": image_size,
+                "batch": batch,
+                "gradient_checkpointing": checkpointing,
+                "precision": precision,
+                "predicted": predicted,
+                "measured": measured,
+                "peak_error": round(error, 4),
+            }
+        )
+        print(
+            f"{name:16s} predicted {predicted['peak'] / 2**20:8.1f} MiB  measured {measured['peak'] / 2**20:8.1f} "
+            f"MiB  error {error:+.1%}  (static {predicted['static'] / 2**20:.1f} vs "
+            f"{measured['static'] / 2**20:.1f} MiB, {measured['wall_s']} s)",
+            file=sys.stderr,
+            flush=True,
+        )
     report_result({"world_size": WORLD, "num_labels": NUM_LABELS, "rows": rows}, args.output)
     return 0
 

@@ -89,20 +89,36 @@ def main() -> int:
     for name, image_size, batch, precision, checkpointing in CONFIGS:
         preset = models.MODEL_PRESETS[name]
         shape = planner.vit_shape(preset, image_size=image_size, num_labels=10)
-        settings = planner.PlanSettings(shape=shape, per_device_batch=batch, gpus_per_node=1, precision=precision,
-                                        gradient_checkpointing=checkpointing, gpu_memory_bytes=141 * planner.GiB)
+        settings = planner.PlanSettings(
+            shape=shape,
+            per_device_batch=batch,
+            gpus_per_node=1,
+            precision=precision,
+            gradient_checkpointing=checkpointing,
+            gpu_memory_bytes=141 * planner.GiB,
+        )
         predicted = planner.engine_memory("ddp", settings)
         buckets = 4 * shape.num_parameters  # DDP's gradient buckets: not built by a single process
         measured = measure(preset, image_size, batch, precision, checkpointing, device)
-        row = {"preset": name, "image_size": image_size, "batch": batch, "precision": precision,
-               "gradient_checkpointing": checkpointing, "predicted_peak": predicted.peak - buckets,
-               "predicted_static": predicted.static - buckets, **{f"measured_{k}": v for k, v in measured.items()}}
+        row = {
+            "preset": name,
+            "image_size": image_size,
+            "batch": batch,
+            "precision": precision,
+            "gradient_checkpointing": checkpointing,
+            "predicted_peak": predicted.peak - buckets,
+            "predicted_static": predicted.phases["static"] - buckets,
+            **{f"measured_{k}": v for k, v in measured.items()},
+        }
         row["peak_error"] = round(row["predicted_peak"] / row["measured_peak"] - 1, 4)
         rows.append(row)
-        print(f"{name} {image_size}px b{batch} {precision}{' gc' if checkpointing else ''}: predicted "
-              f"{row['predicted_peak'] / 2**30:.2f} GiB, measured {row['measured_peak'] / 2**30:.2f} GiB "
-              f"({row['peak_error']:+.1%}); static {row['predicted_static'] / 2**30:.2f} vs "
-              f"{row['measured_static'] / 2**30:.2f} GiB; {measured['step_s'] * 1000:.0f} ms/step", flush=True)
+        print(
+            f"{name} {image_size}px b{batch} {precision}{' gc' if checkpointing else ''}: predicted "
+            f"{row['predicted_peak'] / 2**30:.2f} GiB, measured {row['measured_peak'] / 2**30:.2f} GiB "
+            f"({row['peak_error']:+.1%}); static {row['predicted_static'] / 2**30:.2f} vs "
+            f"{row['measured_static'] / 2**30:.2f} GiB; {measured['step_s'] * 1000:.0f} ms/step",
+            flush=True,
+        )
     result = {"device": torch.cuda.get_device_name(device), "torch": torch.__version__, "rows": rows}
     text = json.dumps(result, indent=2)
     print(text)

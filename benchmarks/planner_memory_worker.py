@@ -71,11 +71,24 @@ def training_arguments(args, output_dir: str):
     if args.engine.startswith("zero"):
         engine["deepspeed"] = os.path.join(REPO, "ds_configs", f"{args.engine}.json")
     return TrainingArguments(
-        output_dir=output_dir, per_device_train_batch_size=args.batch, max_steps=args.steps, learning_rate=1e-4,
-        use_cpu=True, bf16=args.precision == "bf16", gradient_checkpointing=args.gradient_checkpointing,
-        report_to="none", save_strategy="no", eval_strategy="no", logging_steps=10_000, disable_tqdm=True,
-        dataloader_num_workers=0, dataloader_pin_memory=False, ddp_find_unused_parameters=False,
-        remove_unused_columns=False, seed=0, **engine,
+        output_dir=output_dir,
+        per_device_train_batch_size=args.batch,
+        max_steps=args.steps,
+        learning_rate=1e-4,
+        use_cpu=True,
+        bf16=args.precision == "bf16",
+        gradient_checkpointing=args.gradient_checkpointing,
+        report_to="none",
+        save_strategy="no",
+        eval_strategy="no",
+        logging_steps=10_000,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=False,
+        ddp_find_unused_parameters=False,
+        remove_unused_columns=False,
+        seed=0,
+        **engine,
     )
 
 
@@ -120,7 +133,7 @@ def tracked_bytes(prof) -> tuple[list[tuple[int, int]], dict[int, tuple[int, int
         if kind == _EventType.Allocation and fields.device.type == "cpu":
             timeline.append((event.start_time_ns, fields.total_allocated))
         elif kind == _EventType.TorchOp and event.name.startswith(STEP_PREFIX):
-            steps[int(event.name[len(STEP_PREFIX):])] = (event.start_time_ns, event.end_time_ns)
+            steps[int(event.name[len(STEP_PREFIX) :])] = (event.start_time_ns, event.end_time_ns)
     timeline.sort()
     return timeline, steps
 
@@ -168,8 +181,10 @@ def train_fsdp2(args, model, dataset) -> None:
     rank = torch.distributed.get_rank()
     for step in range(args.steps):
         rows = [dataset[(step * world_size + rank) * args.batch + i] for i in range(args.batch)]
-        batch = {"pixel_values": torch.stack([r["pixel_values"] for r in rows]),
-                 "labels": torch.tensor([r["labels"] for r in rows])}
+        batch = {
+            "pixel_values": torch.stack([r["pixel_values"] for r in rows]),
+            "labels": torch.tensor([r["labels"] for r in rows]),
+        }
         with record_function(f"{STEP_PREFIX}{step + 1}"):
             loss = model(**batch).loss
             loss.backward()
@@ -191,8 +206,9 @@ def main() -> int:
         from hf_vit_scaling import build_model_from_preset, init_deepspeed_comm, preset_config
 
         labels = [str(i) for i in range(args.num_labels)]
-        dataset = SyntheticImages(args.batch * args.steps * int(os.environ.get("WORLD_SIZE", "1")),
-                                  args.image_size, args.num_labels)
+        dataset = SyntheticImages(
+            args.batch * args.steps * int(os.environ.get("WORLD_SIZE", "1")), args.image_size, args.num_labels
+        )
         if args.engine == "fsdp2":
             torch.manual_seed(0)
             model = build_model_from_preset(preset_config(args.model_preset, labels, image_size=args.image_size))
@@ -202,8 +218,9 @@ def main() -> int:
             if args.engine.startswith("zero"):
                 init_deepspeed_comm()  # ZeRO-3 builds the model partitioned: DeepSpeed must know the world first
             model = build_model_from_preset(preset_config(args.model_preset, labels, image_size=args.image_size))
-            trainer = Trainer(model=model, args=training_args, train_dataset=dataset,
-                              callbacks=[step_ranges_callback()])
+            trainer = Trainer(
+                model=model, args=training_args, train_dataset=dataset, callbacks=[step_ranges_callback()]
+            )
             trainer.train()
     timeline, steps = tracked_bytes(prof)
     result = {

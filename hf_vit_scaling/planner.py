@@ -84,6 +84,7 @@ def read_ds_configs(folder: str) -> dict[str, dict]:
                 configs[engine] = json.load(f)
     return configs
 
+
 # Achievable bus bandwidths in GB/s (10^9 bytes/s), ASSUMPTIONS: about 65-90% of the line rate per direction, the
 # range nccl-tests reports for well-configured systems. Measure yours with nccl-tests and pass a number instead.
 INTERCONNECTS = {
@@ -136,7 +137,13 @@ class VitShape:
     def parameter_sizes(self) -> dict[str, list[int]]:
         """Element counts of every parameter tensor, grouped by the module that owns it (HF ViT, `qkv_bias=True`,
         no pooler: `ViTForImageClassification` builds `ViTModel(add_pooling_layer=False)`)."""
-        h, inter, c, p, n = self.hidden_size, self.intermediate_size, self.num_channels, self.patch_size, self.num_labels
+        h, inter, c, p, n = (
+            self.hidden_size,
+            self.intermediate_size,
+            self.num_channels,
+            self.patch_size,
+            self.num_labels,
+        )
         groups = {
             "embeddings": [h, self.tokens * h],  # cls_token, position_embeddings
             "patch_embeddings": [c * p * p * h, h],  # Conv2d weight, bias
@@ -176,8 +183,9 @@ class VitShape:
         return sum(n for sizes in self.parameter_sizes().values() for n in sizes if n <= threshold)
 
 
-def vit_shape(preset: dict, image_size: int | None = None, patch_size: int | None = None,
-              num_labels: int = 1000) -> VitShape:
+def vit_shape(
+    preset: dict, image_size: int | None = None, patch_size: int | None = None, num_labels: int = 1000
+) -> VitShape:
     """A `VitShape` from a `models.MODEL_PRESETS` entry with optional overrides (as the recipe applies them)."""
     values = dict(preset)
     values["image_size"] = image_size or values["image_size"]
@@ -223,8 +231,14 @@ def layer_activation_elements(shape: VitShape, batch: int, sequence_parallel_siz
     }
 
 
-def activation_bytes(shape: VitShape, batch: int, precision: str, gradient_checkpointing: bool = False,
-                     sequence_parallel_size: int = 1, autocast: bool = False) -> dict[str, int]:
+def activation_bytes(
+    shape: VitShape,
+    batch: int,
+    precision: str,
+    gradient_checkpointing: bool = False,
+    sequence_parallel_size: int = 1,
+    autocast: bool = False,
+) -> dict[str, int]:
     """Activation memory of one rank at its peak (the start of backward), in bytes, by part.
 
     `autocast`: torch autocast (plain DDP with --bf16) keeps fp32 weights, so the residual stream (embeddings + fp32
@@ -256,8 +270,14 @@ def activation_bytes(shape: VitShape, batch: int, precision: str, gradient_check
     tokens = shape.tokens * batch
     head = 2 * tokens * shape.hidden_size * residual_element + 2 * tokens * 4 + batch * shape.num_labels * 4
     working = (2 * sbi + 2 * sbh) * element
-    return {"layers": stored, "one_layer": layer, "pixels": pixels, "embeddings_and_head": pixels + head,
-            "backward_working_set": working, "total": stored + pixels + head + working}
+    return {
+        "layers": stored,
+        "one_layer": layer,
+        "pixels": pixels,
+        "embeddings_and_head": pixels + head,
+        "backward_working_set": working,
+        "total": stored + pixels + head + working,
+    }
 
 
 # --------------------------------------------------------------------------- memory per engine
@@ -265,19 +285,15 @@ def activation_bytes(shape: VitShape, batch: int, precision: str, gradient_check
 
 @dataclass
 class MemoryEstimate:
-    """Bytes per rank on the device. `static` lives between steps; `forward_phase`, `backward_end` and `step_phase`
-    are what comes on top of it at the three moments that can be the peak:
-    peak = static + max(forward_phase, backward_end, step_phase). `host_bytes_per_rank` is CPU memory (offload)."""
+    """Bytes per rank on the device.
 
-    parameters: int
-    gradients: int
-    optimizer_states: int
-    activations: int
-    buffers: int
-    static: int
-    forward_phase: int
-    backward_end: int
-    step_phase: int
+    `parts`: each part's own largest size (parameters, gradients, optimizer_states, activations, buffers).
+    `phases`: "static" lives between steps; "forward", "backward_end" and "step" are what comes on top of it at the
+    three moments that can be the peak, so peak = static + max(forward, backward_end, step).
+    `host_bytes_per_rank` is CPU memory (offload variants)."""
+
+    parts: dict[str, int]
+    phases: dict[str, int]
     peak: int
     margin: int
     usable: int
@@ -349,11 +365,16 @@ def model_state_bytes(engine: str, num_parameters: int, world_size: int, precisi
     if engine == "ddp":
         states.update(parameters=4 * psi, gradients=4 * psi, optimizer_states=8 * psi)
     elif engine == "zero1":
-        states.update(parameters=p * psi, gradients=p * psi, optimizer_states=master + moments,
-                      fp32_gradient_copy=4 * shard)
+        states.update(
+            parameters=p * psi, gradients=p * psi, optimizer_states=master + moments, fp32_gradient_copy=4 * shard
+        )
     elif engine in ("zero2", "zero3"):
-        states.update(parameters=p * (psi if engine == "zero2" else shard), gradients=p * shard,
-                      optimizer_states=master + moments, fp32_gradient_copy=4 * shard)
+        states.update(
+            parameters=p * (psi if engine == "zero2" else shard),
+            gradients=p * shard,
+            optimizer_states=master + moments,
+            fp32_gradient_copy=4 * shard,
+        )
     elif engine == "zero2_offload":
         # Host: fp32 master + moments + fp32 gradient partition + a 16-bit staging copy of the partition.
         states.update(parameters=p * psi, host=master + moments + 4 * shard + p * shard)
@@ -420,8 +441,14 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
     shard = math.ceil(psi / n)
     states = model_state_bytes(engine, psi, n, settings.precision)
     autocast = engine == "ddp" and settings.precision == "bf16"
-    act = activation_bytes(shape, settings.per_device_batch, settings.precision, settings.gradient_checkpointing,
-                           settings.sequence_parallel_size, autocast=autocast)
+    act = activation_bytes(
+        shape,
+        settings.per_device_batch,
+        settings.precision,
+        settings.gradient_checkpointing,
+        settings.sequence_parallel_size,
+        autocast=autocast,
+    )
     first_layer = act["one_layer"] + act["pixels"] + act["backward_working_set"]
     notes: list[str] = []
     static_grads = static_buffers = 0
@@ -454,8 +481,10 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
             # Gradients leave the device bucket by bucket, through a staging tensor as large as the largest parameter.
             forward[2] = backward_end[2] = bucket + shape.largest_module_parameters * p
         if elements > psi:
-            notes.append(f"reduce_bucket_size {elements:.3g} elements: DeepSpeed allocates the whole bucket "
-                         f"({elements * p / GiB:.2f} GiB); set it to \"auto\" in the ds_config")
+            notes.append(
+                f"reduce_bucket_size {elements:.3g} elements: DeepSpeed allocates the whole bucket "
+                f'({elements * p / GiB:.2f} GiB); set it to "auto" in the ds_config'
+            )
     elif engine in ("zero3", "zero3_offload"):
         elements, count = zero_buckets(engine, settings)
         gathered = zero3_gathered_parameters(shape) * p
@@ -465,8 +494,9 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
         if engine == "zero3":
             # The step flattens the 16-bit gradient partition and converts it to fp32 (two copies when p = 2).
             step[2] = states["fp32_gradient_copy"] + (p * shard if p != 4 else 0)
-        notes.append(f"keeps {gathered / GiB:.2f} GiB of weights gathered through forward "
-                     "(stage3_max_reuse_distance 1e9)")
+        notes.append(
+            f"keeps {gathered / GiB:.2f} GiB of weights gathered through forward (stage3_max_reuse_distance 1e9)"
+        )
     elif engine == "fsdp2":
         # Unsharded weights in the compute dtype: the root's own parameters and the final LayerNorm (not resharded
         # after forward), the current layer and the prefetched next one; in backward also one layer's unsharded
@@ -476,30 +506,23 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
         backward_end[:] = [root + 2 * shape.layer_parameters * p, states["gradients"], shape.layer_parameters * p]
         step[1] = states["gradients"]
 
-    static = states["parameters"] + static_grads + states["optimizer_states"] + static_buffers
-    forward_phase = act["total"] + sum(forward)
-    backward_end_phase = first_layer + sum(backward_end)
-    step_phase = sum(step)
-    peak = static + max(forward_phase, backward_end_phase, step_phase)
+    parts = {
+        "parameters": states["parameters"] + max(forward[0], backward_end[0], step[0]),
+        "gradients": static_grads + max(forward[1], backward_end[1], step[1]),
+        "optimizer_states": states["optimizer_states"],
+        "activations": act["total"],
+        "buffers": static_buffers + max(forward[2], backward_end[2], step[2]),
+    }
+    phases = {
+        "static": states["parameters"] + static_grads + states["optimizer_states"] + static_buffers,
+        "forward": act["total"] + sum(forward),
+        "backward_end": first_layer + sum(backward_end),
+        "step": sum(step),
+    }
+    peak = phases["static"] + max(phases["forward"], phases["backward_end"], phases["step"])
     margin = int(settings.memory_margin * settings.gpu_memory_bytes)
     usable = settings.gpu_memory_bytes - margin
-    return MemoryEstimate(
-        parameters=states["parameters"] + max(forward[0], backward_end[0], step[0]),
-        gradients=static_grads + max(forward[1], backward_end[1], step[1]),
-        optimizer_states=states["optimizer_states"],
-        activations=act["total"],
-        buffers=static_buffers + max(forward[2], backward_end[2], step[2]),
-        static=static,
-        forward_phase=forward_phase,
-        backward_end=backward_end_phase,
-        step_phase=step_phase,
-        peak=peak,
-        margin=margin,
-        usable=usable,
-        fits=peak <= usable,
-        host_bytes_per_rank=states["host"],
-        notes=notes,
-    )
+    return MemoryEstimate(parts, phases, peak, margin, usable, peak <= usable, states["host"], notes)
 
 
 def largest_batch(engine: str, settings: PlanSettings, limit: int = 1 << 16) -> int:
@@ -525,16 +548,12 @@ def largest_batch(engine: str, settings: PlanSettings, limit: int = 1 << 16) -> 
 
 @dataclass
 class SpeedEstimate:
-    """Seconds per optimizer step on one rank, by part, and the inputs used."""
+    """One optimizer step on one rank: `seconds` and `bytes` by part (compute, collectives, sequence_parallel,
+    host_transfer, cpu_optimizer), their sum `step_s`, the global throughput, and the bandwidth the collectives
+    were given."""
 
-    compute_s: float
-    collective_bytes: int
-    collective_s: float
-    sequence_parallel_bytes: int
-    sequence_parallel_s: float
-    host_transfer_bytes: int
-    host_transfer_s: float
-    cpu_optimizer_s: float
+    seconds: dict[str, float]
+    bytes: dict[str, int]
     step_s: float
     images_per_s: float
     bandwidth_gbps: float
@@ -571,8 +590,9 @@ def engine_speed(engine: str, settings: PlanSettings) -> SpeedEstimate:
         flops *= 4 / 3  # one more forward per step: 3 → 4 forward-equivalents
     compute_s = flops / (settings.achievable_tflops * 1e12)
 
-    bandwidth = settings.intra_node_gbps if settings.nodes == 1 else min(settings.intra_node_gbps,
-                                                                         settings.inter_node_gbps)
+    bandwidth = (
+        settings.intra_node_gbps if settings.nodes == 1 else min(settings.intra_node_gbps, settings.inter_node_gbps)
+    )
     collective = collective_bytes_per_rank(engine, shape.num_parameters, settings.world_size, settings.precision)
     collective_s = collective / (bandwidth * 1e9)
 
@@ -595,12 +615,17 @@ def engine_speed(engine: str, settings: PlanSettings) -> SpeedEstimate:
         cpu_opt_s = shard / (settings.cpu_adam_gparams_per_s * 1e9)
     host_s = host_bytes / (settings.host_link_gbps * 1e9)
 
-    step_s = compute_s + collective_s + sp_s + host_s + cpu_opt_s
+    seconds = {
+        "compute": compute_s,
+        "collectives": collective_s,
+        "sequence_parallel": sp_s,
+        "host_transfer": host_s,
+        "cpu_optimizer": cpu_opt_s,
+    }
+    step_s = sum(seconds.values())
+    moved = {"collectives": collective, "sequence_parallel": sp_bytes, "host_transfer": host_bytes}
     images = settings.per_device_batch * settings.world_size / sp
-    return SpeedEstimate(compute_s=compute_s, collective_bytes=collective, collective_s=collective_s,
-                         sequence_parallel_bytes=sp_bytes, sequence_parallel_s=sp_s, host_transfer_bytes=host_bytes,
-                         host_transfer_s=host_s, cpu_optimizer_s=cpu_opt_s, step_s=step_s,
-                         images_per_s=images / step_s, bandwidth_gbps=bandwidth)
+    return SpeedEstimate(seconds, moved, step_s, images / step_s, bandwidth)
 
 
 def epoch_seconds(engine: str, settings: PlanSettings, train_images: int) -> dict[str, float]:
@@ -611,14 +636,14 @@ def epoch_seconds(engine: str, settings: PlanSettings, train_images: int) -> dic
     per_rank = math.ceil(train_images / replicas)
     steps = math.ceil(per_rank / settings.per_device_batch)
     speed = engine_speed(engine, settings)
-    compute = per_rank / settings.per_device_batch * speed.compute_s
-    communication = steps * (speed.step_s - speed.compute_s)
-    return {"steps": steps, "compute_s": compute, "communication_s": communication,
-            "epoch_s": compute + communication}
+    compute = per_rank / settings.per_device_batch * speed.seconds["compute"]
+    communication = steps * (speed.step_s - speed.seconds["compute"])
+    return {"steps": steps, "compute_s": compute, "communication_s": communication, "epoch_s": compute + communication}
 
 
-def achievable_tflops_from_epoch(shape: VitShape, train_images: int, epoch_s: float,
-                                 gradient_checkpointing: bool = False) -> float:
+def achievable_tflops_from_epoch(
+    shape: VitShape, train_images: int, epoch_s: float, gradient_checkpointing: bool = False
+) -> float:
     """The TFLOP/s one GPU achieved, from a measured single-GPU epoch (no communication in it): the planner's
     calibration input. The study's T4 epoch: 50,000 images x 105.4 GFLOP / 1,817.65 s = 2.90 TFLOP/s."""
     flops = train_images * vit_train_flops_per_image(shape) * (4 / 3 if gradient_checkpointing else 1)
@@ -680,25 +705,35 @@ def recommend(options: list[EngineOption]) -> tuple[str | None, str]:
     by_engine = {o.engine: o for o in options}
     if "ddp" in by_engine and by_engine["ddp"].memory.fits:
         ddp = by_engine["ddp"]
-        return "ddp", (f"DDP fits ({ddp.memory.peak / GiB:.1f} of {ddp.memory.usable / GiB:.1f} GiB usable): plain "
-                       "data parallelism has the least communication; ZeRO/FSDP only save memory you do not need "
-                       "(DeepSpeed maintainers: disable ZeRO for models that fit).")
+        return "ddp", (
+            f"DDP fits ({ddp.memory.peak / GiB:.1f} of {ddp.memory.usable / GiB:.1f} GiB usable): plain "
+            "data parallelism has the least communication; ZeRO/FSDP only save memory you do not need "
+            "(DeepSpeed maintainers: disable ZeRO for models that fit)."
+        )
     fitting = [o for o in options if o.memory.fits]
     if fitting:
         best = min(fitting, key=lambda o: (round(o.speed.step_s, 9), ENGINES.index(o.engine)))
         why_not_ddp = ""
         if "ddp" in by_engine:
-            why_not_ddp = (f"DDP needs {by_engine['ddp'].memory.peak / GiB:.1f} GiB > "
-                           f"{by_engine['ddp'].memory.usable / GiB:.1f} GiB usable; ")
-        return best.engine, (f"{why_not_ddp}{best.name} is the fastest option that fits "
-                             f"({best.speed.step_s:.3f} s/step, {best.memory.peak / GiB:.1f} GiB).")
+            why_not_ddp = (
+                f"DDP needs {by_engine['ddp'].memory.peak / GiB:.1f} GiB > "
+                f"{by_engine['ddp'].memory.usable / GiB:.1f} GiB usable; "
+            )
+        return best.engine, (
+            f"{why_not_ddp}{best.name} is the fastest option that fits "
+            f"({best.speed.step_s:.3f} s/step, {best.memory.peak / GiB:.1f} GiB)."
+        )
     best = max(options, key=lambda o: (o.max_batch, -o.speed.step_s), default=None)
     if best is None or best.max_batch == 0:
-        return None, ("Nothing fits even at batch 1. Fix: --gradient_checkpointing, more GPUs (ZeRO-3/FSDP shard "
-                      "over them), --sequence_parallel_size for long sequences, bf16, or a smaller model/image.")
-    return best.engine, (f"Nothing fits at the requested batch; {best.name} fits up to {best.max_batch} per device: use "
-                         "--per_device_train_batch_size with --gradient_accumulation_steps to keep the global batch, "
-                         "or add --gradient_checkpointing.")
+        return None, (
+            "Nothing fits even at batch 1. Fix: --gradient_checkpointing, more GPUs (ZeRO-3/FSDP shard "
+            "over them), --sequence_parallel_size for long sequences, bf16, or a smaller model/image."
+        )
+    return best.engine, (
+        f"Nothing fits at the requested batch; {best.name} fits up to {best.max_batch} per device: use "
+        "--per_device_train_batch_size with --gradient_accumulation_steps to keep the global batch, "
+        "or add --gradient_checkpointing."
+    )
 
 
 def plan(settings: PlanSettings, engines: tuple[str, ...] = ENGINES) -> Plan:
@@ -707,9 +742,16 @@ def plan(settings: PlanSettings, engines: tuple[str, ...] = ENGINES) -> Plan:
     for engine in engines:
         if settings.sequence_parallel_size > 1 and engine in ("ddp", "fsdp2"):
             continue  # this project's sequence parallelism runs on DeepSpeed's process groups only
-        options.append(EngineOption(engine=engine, name=ENGINE_NAMES[engine], flags=ENGINE_FLAGS[engine],
-                                    memory=engine_memory(engine, settings), speed=engine_speed(engine, settings),
-                                    max_batch=largest_batch(engine, settings)))
+        options.append(
+            EngineOption(
+                engine=engine,
+                name=ENGINE_NAMES[engine],
+                flags=ENGINE_FLAGS[engine],
+                memory=engine_memory(engine, settings),
+                speed=engine_speed(engine, settings),
+                max_batch=largest_batch(engine, settings),
+            )
+        )
     recommended, reason = recommend(options)
     return Plan(settings=settings, options=options, recommended=recommended, reason=reason)
 
@@ -717,8 +759,18 @@ def plan(settings: PlanSettings, engines: tuple[str, ...] = ENGINES) -> Plan:
 # --------------------------------------------------------------------------- inputs and output
 
 
-_MEMORY_UNITS = {"": GiB, "g": GiB, "gb": GiB, "gib": GiB, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
-                 "t": 1024**4, "tb": 1024**4, "tib": 1024**4}
+_MEMORY_UNITS = {
+    "": GiB,
+    "g": GiB,
+    "gb": GiB,
+    "gib": GiB,
+    "m": 1024**2,
+    "mb": 1024**2,
+    "mib": 1024**2,
+    "t": 1024**4,
+    "tb": 1024**4,
+    "tib": 1024**4,
+}
 
 
 def parse_memory_size(text: str, flag: str = "--gpu_memory") -> int:
@@ -744,8 +796,10 @@ def resolve_bandwidth(text: str, table: dict[str, float], flag: str) -> float:
     except ValueError:
         value = float("nan")
     if not value > 0:
-        raise UserInputError(f"{flag} {text!r} is neither a known link nor a bandwidth. Fix: use one of "
-                             f"{', '.join(table)}, or a positive number of GB/s.")
+        raise UserInputError(
+            f"{flag} {text!r} is neither a known link nor a bandwidth. Fix: use one of "
+            f"{', '.join(table)}, or a positive number of GB/s."
+        )
     return value
 
 
@@ -768,15 +822,30 @@ def format_plan(result: Plan) -> str:
         f"{s.host_link_gbps:g} GB/s host link, CPU Adam {s.cpu_adam_gparams_per_s:g} G params/s",
         "",
     ]
-    header = ["engine", "params", "grads", "optim", "activ", "buffers", "peak", "usable", "fits", "max batch",
-              "step s", "comm s", "img/s"]
+    header = [
+        "engine",
+        "params",
+        "grads",
+        "optim",
+        "activ",
+        "buffers",
+        "peak",
+        "usable",
+        "fits",
+        "max batch",
+        "step s",
+        "comm s",
+        "img/s",
+    ]
     rows = []
     for o in result.options:
-        m, sp = o.memory, o.speed
-        rows.append([o.name, _gib(m.parameters), _gib(m.gradients), _gib(m.optimizer_states), _gib(m.activations),
-                     _gib(m.buffers), _gib(m.peak), _gib(m.usable), "yes" if m.fits else "no", str(o.max_batch),
-                     f"{sp.step_s:.3f}", f"{sp.collective_s + sp.sequence_parallel_s + sp.host_transfer_s:.3f}",
-                     f"{sp.images_per_s:.0f}"])
+        parts, speed = o.memory.parts, o.speed
+        communication = speed.step_s - speed.seconds["compute"]
+        rows.append(
+            [o.name, *(_gib(parts[k]) for k in parts), _gib(o.memory.peak), _gib(o.memory.usable)]
+            + ["yes" if o.memory.fits else "no", str(o.max_batch), f"{speed.step_s:.3f}", f"{communication:.3f}"]
+            + [f"{speed.images_per_s:.0f}"]
+        )
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines.append("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths))))
     for r in rows:

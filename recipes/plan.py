@@ -52,7 +52,9 @@ class PlanArguments:
     nodes: int = field(default=1, metadata={"help": "Nodes."})
     gpu_memory: str = field(
         default="40GB",
-        metadata={"help": "Memory of one GPU, e.g. 16GB, 40GB, 80GB (binary units, as GPUs are quoted: 40GB = 40 GiB)."},
+        metadata={
+            "help": "Memory of one GPU, e.g. 16GB, 40GB, 80GB (binary units, as GPUs are quoted: 40GB = 40 GiB)."
+        },
     )
     gpu_name: str = field(
         default="A100",
@@ -60,35 +62,41 @@ class PlanArguments:
     )
     precision: str = field(
         default="bf16",
-        metadata={"help": "bf16 (DeepSpeed/FSDP keep bf16 weights; plain DDP uses autocast) or fp32.",
-                  "choices": list(PRECISIONS)},
+        metadata={
+            "help": "bf16 (DeepSpeed/FSDP keep bf16 weights; plain DDP uses autocast) or fp32.",
+            "choices": list(PRECISIONS),
+        },
     )
     gradient_checkpointing: bool = field(
         default=False, metadata={"help": "Plan with activation checkpointing of every ViT layer (+1/3 compute)."}
     )
     sequence_parallel_size: int = field(
         default=1,
-        metadata={"help": "Split each image's tokens over N GPUs (DeepSpeed Ulysses, ZeRO engines only); N must "
-                  "divide the head count and the number of GPUs."},
+        metadata={
+            "help": "Split each image's tokens over N GPUs (DeepSpeed Ulysses, ZeRO engines only); N must "
+            "divide the head count and the number of GPUs."
+        },
     )
     interconnect: str = field(
         default="pcie4",
-        metadata={"help": "Link between GPUs of a node: " + ", ".join(INTERCONNECTS) + ", or its bus bandwidth in "
-                  "GB/s (nccl-tests' busbw). Named links are assumptions (about 65-80% of the line rate)."},
+        metadata={
+            "help": "Link between GPUs of a node: " + ", ".join(INTERCONNECTS) + ", or its bus bandwidth in "
+            "GB/s (nccl-tests' busbw). Named links are assumptions (about 65-80% of the line rate)."
+        },
     )
     network: str = field(
         default="eth100",
-        metadata={"help": "Network between nodes: " + ", ".join(NETWORKS) + ", or the node's bus bandwidth in "
-                  "GB/s. Only used with --nodes > 1."},
+        metadata={
+            "help": "Network between nodes: " + ", ".join(NETWORKS) + ", or the node's bus bandwidth in "
+            "GB/s. Only used with --nodes > 1."
+        },
     )
     host_link: str = field(
         default="pcie4",
         metadata={"help": "GPU-host link for the offload variants: " + ", ".join(INTERCONNECTS) + " or GB/s."},
     )
     achievable_tflops: float | None = field(
-        default=None,
-        metadata={"help": "Achieved TFLOP/s per GPU for this model (e.g. from a throughput.json). Default: the "
-                  "--gpu_name peak for --precision times --mfu."},
+        default=None, metadata={"help": "Achieved TFLOP/s per GPU (from a throughput.json); default: peak x --mfu."}
     )
     mfu: float = field(
         default=0.4, metadata={"help": "Assumed model-FLOPs utilisation when --achievable_tflops is not given."}
@@ -103,21 +111,29 @@ class PlanArguments:
     json: bool = field(default=False, metadata={"help": "Print the plan as JSON instead of a table."})
 
     def __post_init__(self):
-        positive = {"--per_device_train_batch_size": self.per_device_train_batch_size, "--gpus": self.gpus,
-                    "--nodes": self.nodes, "--num_labels": self.num_labels,
-                    "--sequence_parallel_size": self.sequence_parallel_size}
+        positive = {
+            "--per_device_train_batch_size": self.per_device_train_batch_size,
+            "--gpus": self.gpus,
+            "--nodes": self.nodes,
+            "--num_labels": self.num_labels,
+            "--sequence_parallel_size": self.sequence_parallel_size,
+        }
         for flag, value in positive.items():
             if value <= 0:
                 raise UserInputError(f"{flag} must be positive, got {value}. Fix: pass a whole number >= 1.")
         preset = MODEL_PRESETS[self.model_preset]
         image, patch = self.image_size or preset["image_size"], self.patch_size or preset["patch_size"]
         if image <= 0 or patch <= 0 or image % patch:
-            raise UserInputError(f"--image_size {image} and --patch_size {patch}: the image must be a positive "
-                                 "multiple of the patch. Fix: e.g. --image_size 224 --patch_size 16.")
+            raise UserInputError(
+                f"--image_size {image} and --patch_size {patch}: the image must be a positive "
+                "multiple of the patch. Fix: e.g. --image_size 224 --patch_size 16."
+            )
         sp, world, heads = self.sequence_parallel_size, self.gpus * self.nodes, preset["num_attention_heads"]
         if world % sp or heads % sp:
-            raise UserInputError(f"--sequence_parallel_size {sp} must divide the {world} GPUs and the "
-                                 f"{heads} attention heads of {self.model_preset}. Fix: pick a common divisor.")
+            raise UserInputError(
+                f"--sequence_parallel_size {sp} must divide the {world} GPUs and the "
+                f"{heads} attention heads of {self.model_preset}. Fix: pick a common divisor."
+            )
         if not 0 <= self.memory_margin < 1:
             raise UserInputError(f"--memory_margin must be in [0, 1), got {self.memory_margin}. Fix: e.g. 0.1.")
         if self.achievable_tflops is not None and not self.achievable_tflops > 0:
@@ -133,8 +149,10 @@ def achievable_tflops(args: PlanArguments) -> float:
         return args.achievable_tflops
     peak = lookup_peak_tflops(args.gpu_name, args.precision)
     if peak is None:
-        raise UserInputError(f"No {args.precision} peak TFLOP/s known for --gpu_name {args.gpu_name!r}. Fix: pass "
-                             "--achievable_tflops (measured TFLOP/s per GPU), or a --gpu_name from the table.")
+        raise UserInputError(
+            f"No {args.precision} peak TFLOP/s known for --gpu_name {args.gpu_name!r}. Fix: pass "
+            "--achievable_tflops (measured TFLOP/s per GPU), or a --gpu_name from the table."
+        )
     return peak * args.mfu
 
 
@@ -172,13 +190,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         report = result.to_dict()
         report["inputs"] = {
-            "gpu_name": args.gpu_name, "mfu": None if args.achievable_tflops is not None else args.mfu,
-            "interconnect": args.interconnect, "network": args.network, "host_link": args.host_link,
-            "assumed": [name for name, given in (("achievable_tflops", args.achievable_tflops is not None),
-                                                 ("interconnect", _is_number(args.interconnect)),
-                                                 ("network", _is_number(args.network)),
-                                                 ("host_link", _is_number(args.host_link)),
-                                                 ("cpu_adam_gparams_per_s", False)) if not given],
+            "gpu_name": args.gpu_name,
+            "mfu": None if args.achievable_tflops is not None else args.mfu,
+            "interconnect": args.interconnect,
+            "network": args.network,
+            "host_link": args.host_link,
+            "assumed": [
+                name
+                for name, given in (
+                    ("achievable_tflops", args.achievable_tflops is not None),
+                    ("interconnect", _is_number(args.interconnect)),
+                    ("network", _is_number(args.network)),
+                    ("host_link", _is_number(args.host_link)),
+                    ("cpu_adam_gparams_per_s", False),
+                )
+                if not given
+            ],
         }
         print(json.dumps(report, indent=2))
     else:

@@ -23,8 +23,9 @@ def load_recipe():
 
 def run_plan(*args) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, str(PLAN), *args], capture_output=True, text=True, timeout=120,
-                          env=env, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, str(PLAN), *args], capture_output=True, text=True, timeout=120, env=env, cwd=REPO
+    )
 
 
 def test_bad_memory_exits_2_with_one_error_line():
@@ -35,18 +36,21 @@ def test_bad_memory_exits_2_with_one_error_line():
     assert proc.stdout == ""
 
 
-@pytest.mark.parametrize("args,flag", [
-    (["--per_device_train_batch_size", "0"], "--per_device_train_batch_size"),
-    (["--per_device_train_batch_size", "-4"], "--per_device_train_batch_size"),
-    (["--gpus", "0"], "--gpus"),
-    (["--nodes", "0"], "--nodes"),
-    (["--sequence_parallel_size", "3"], "--sequence_parallel_size"),
-    (["--image_size", "200"], "--image_size"),
-    (["--interconnect", "warp-drive"], "--interconnect"),
-    (["--network", "0"], "--network"),
-    (["--memory_margin", "1.5"], "--memory_margin"),
-    (["--gpu_name", "Voodoo3", "--precision", "bf16"], "--gpu_name"),
-])
+@pytest.mark.parametrize(
+    "args,flag",
+    [
+        (["--per_device_train_batch_size", "0"], "--per_device_train_batch_size"),
+        (["--per_device_train_batch_size", "-4"], "--per_device_train_batch_size"),
+        (["--gpus", "0"], "--gpus"),
+        (["--nodes", "0"], "--nodes"),
+        (["--sequence_parallel_size", "3"], "--sequence_parallel_size"),
+        (["--image_size", "200"], "--image_size"),
+        (["--interconnect", "warp-drive"], "--interconnect"),
+        (["--network", "0"], "--network"),
+        (["--memory_margin", "1.5"], "--memory_margin"),
+        (["--gpu_name", "Voodoo3", "--precision", "bf16"], "--gpu_name"),
+    ],
+)
 def test_bad_values_exit_2(args, flag, capsys):
     recipe = load_recipe()
     assert recipe.main([*BASE, *args]) == 2
@@ -55,18 +59,34 @@ def test_bad_values_exit_2(args, flag, capsys):
 
 
 def test_json_output_parses():
-    proc = run_plan(*BASE, "--per_device_train_batch_size", "64", "--nodes", "4", "--interconnect", "nvlink3",
-                    "--network", "ib-hdr", "--json")
+    proc = run_plan(
+        *BASE,
+        "--per_device_train_batch_size",
+        "64",
+        "--nodes",
+        "4",
+        "--interconnect",
+        "nvlink3",
+        "--network",
+        "ib-hdr",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["version"] == 1
     assert report["settings"]["world_size"] == 32
     assert [o["engine"] for o in report["options"]] == [
-        "ddp", "zero1", "zero2", "zero2_offload", "zero3", "zero3_offload", "fsdp2"]
+        "ddp",
+        "zero1",
+        "zero2",
+        "zero2_offload",
+        "zero3",
+        "zero3_offload",
+        "fsdp2",
+    ]
     for option in report["options"]:
-        memory = option["memory"]
-        assert memory["peak"] == memory["static"] + max(memory["forward_phase"], memory["backward_end"],
-                                                        memory["step_phase"])
+        memory, phases = option["memory"], option["memory"]["phases"]
+        assert memory["peak"] == phases["static"] + max(phases["forward"], phases["backward_end"], phases["step"])
         assert option["speed"]["step_s"] > 0 and option["max_batch"] >= 0
     assert report["recommended"] == "ddp" and report["reason"]
     assert "interconnect" not in report["inputs"]["assumed"] or report["inputs"]["interconnect"] == "nvlink3"

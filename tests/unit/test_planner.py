@@ -29,8 +29,16 @@ from hf_vit_scaling.planner import (
 )
 
 # 32 px, patch 16 -> 2 x 2 patches + CLS = 5 tokens; hidden 8, 2 layers, 2 heads, MLP 16, 10 classes.
-TINY = VitShape(image_size=32, patch_size=16, hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
-                intermediate_size=16, num_channels=3, num_labels=10)
+TINY = VitShape(
+    image_size=32,
+    patch_size=16,
+    hidden_size=8,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=16,
+    num_channels=3,
+    num_labels=10,
+)
 
 
 def hf_parameter_count(shape: VitShape) -> int:
@@ -57,19 +65,28 @@ def test_model_states_by_hand_per_engine():
     psi, shard = 7506, 3753
     expected = {
         "ddp": dict(parameters=4 * psi, gradients=4 * psi, optimizer_states=8 * psi, fp32_gradient_copy=0, host=0),
-        "zero1": dict(parameters=2 * psi, gradients=2 * psi, optimizer_states=12 * shard,
-                      fp32_gradient_copy=4 * shard, host=0),
-        "zero2": dict(parameters=2 * psi, gradients=2 * shard, optimizer_states=12 * shard,
-                      fp32_gradient_copy=4 * shard, host=0),
+        "zero1": dict(
+            parameters=2 * psi, gradients=2 * psi, optimizer_states=12 * shard, fp32_gradient_copy=4 * shard, host=0
+        ),
+        "zero2": dict(
+            parameters=2 * psi, gradients=2 * shard, optimizer_states=12 * shard, fp32_gradient_copy=4 * shard, host=0
+        ),
         # host: fp32 master 4 + moments 8 + fp32 gradients 4 + 16-bit staging copy 2, per shard element
-        "zero2_offload": dict(parameters=2 * psi, gradients=0, optimizer_states=0, fp32_gradient_copy=0,
-                              host=18 * shard),
-        "zero3": dict(parameters=2 * shard, gradients=2 * shard, optimizer_states=12 * shard,
-                      fp32_gradient_copy=4 * shard, host=0),
+        "zero2_offload": dict(
+            parameters=2 * psi, gradients=0, optimizer_states=0, fp32_gradient_copy=0, host=18 * shard
+        ),
+        "zero3": dict(
+            parameters=2 * shard,
+            gradients=2 * shard,
+            optimizer_states=12 * shard,
+            fp32_gradient_copy=4 * shard,
+            host=0,
+        ),
         # host: 16-bit weights 2 + 16-bit gradients 2 + master 4 + moments 8 + fp32 gradients 4
         "zero3_offload": dict(parameters=0, gradients=0, optimizer_states=0, fp32_gradient_copy=0, host=20 * shard),
-        "fsdp2": dict(parameters=4 * shard, gradients=4 * shard, optimizer_states=8 * shard, fp32_gradient_copy=0,
-                      host=0),
+        "fsdp2": dict(
+            parameters=4 * shard, gradients=4 * shard, optimizer_states=8 * shard, fp32_gradient_copy=0, host=0
+        ),
     }
     assert set(expected) == set(ENGINES)
     for engine, states in expected.items():
@@ -100,7 +117,8 @@ def test_activation_bytes_by_hand():
     assert activation_bytes(TINY, 2, "fp32", gradient_checkpointing=True)["layers"] == 640 + 4080
     # Sequence parallelism over 2 ranks: ceil(5 / 2) = 3 tokens per rank inside the layers.
     assert activation_bytes(TINY, 2, "fp32", sequence_parallel_size=2)["one_layer"] == (
-        (2 + 2 + 3 + 1) * 3 * 2 * 8 * 4 + 2 * 3 * 2 * 16 * 4 + (4 * 3 * 2 + 2 * 3 * 2) * 4)
+        (2 + 2 + 3 + 1) * 3 * 2 * 8 * 4 + 2 * 3 * 2 * 16 * 4 + (4 * 3 * 2 + 2 * 3 * 2) * 4
+    )
 
 
 def test_activation_formula_is_korthikanti_without_dropout_and_softmax():
@@ -116,8 +134,9 @@ def test_activation_formula_is_korthikanti_without_dropout_and_softmax():
 def test_activation_bytes_match_a_real_forward_on_cpu():
     """What a 2-layer HF ViT keeps after its forward (SDPA, dropout 0), tracked with the profiler's allocation
     events, is the planner's activation total without the backward working set (within 1%)."""
-    shape = VitShape(image_size=64, patch_size=8, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                     intermediate_size=256, num_labels=10)
+    shape = dataclasses.replace(
+        TINY, image_size=64, patch_size=8, hidden_size=64, num_attention_heads=4, intermediate_size=256
+    )
     config = ViTConfig(**{f.name: getattr(shape, f.name) for f in dataclasses.fields(shape)})
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
@@ -143,8 +162,14 @@ def test_zero3_keeps_models_under_the_reuse_distance_gathered():
 
 
 def settings(**overrides) -> PlanSettings:
-    values = dict(shape=vit_shape(MODEL_PRESETS["vit-b-16"]), per_device_batch=32, gpus_per_node=8,
-                  gpu_memory_bytes=40 * GiB, precision="bf16", ds_configs={})
+    values = dict(
+        shape=vit_shape(MODEL_PRESETS["vit-b-16"]),
+        per_device_batch=32,
+        gpus_per_node=8,
+        gpu_memory_bytes=40 * GiB,
+        precision="bf16",
+        ds_configs={},
+    )
     values.update(overrides)
     return PlanSettings(**values)
 
@@ -152,7 +177,7 @@ def settings(**overrides) -> PlanSettings:
 def test_peak_is_static_plus_the_largest_phase():
     for engine in ENGINES:
         m = engine_memory(engine, settings())
-        assert m.peak == m.static + max(m.forward_phase, m.backward_end, m.step_phase)
+        assert m.peak == m.phases["static"] + max(m.phases["forward"], m.phases["backward_end"], m.phases["step"])
         assert m.usable == 40 * GiB - int(0.1 * 40 * GiB)
         assert m.fits == (m.peak <= m.usable)
 
@@ -214,14 +239,14 @@ def test_collective_volumes():
 def test_speed_estimate_adds_compute_and_communication():
     s = settings(achievable_tflops=100.0, intra_node_gbps=50.0)
     speed = engine_speed("ddp", s)
-    assert speed.compute_s == pytest.approx(32 * 6 * vit_forward_macs_per_image(s.shape) / 100e12)
-    assert speed.collective_s == pytest.approx(2 * 7 / 8 * 4 * 86_567_656 / 50e9)
-    assert speed.step_s == pytest.approx(speed.compute_s + speed.collective_s)
+    assert speed.seconds["compute"] == pytest.approx(32 * 6 * vit_forward_macs_per_image(s.shape) / 100e12)
+    assert speed.seconds["collectives"] == pytest.approx(2 * 7 / 8 * 4 * 86_567_656 / 50e9)
+    assert speed.step_s == pytest.approx(speed.seconds["compute"] + speed.seconds["collectives"])
     # Across nodes the slower link sets the pace; checkpointing adds one forward (x 4/3 compute).
     two_nodes = engine_speed("ddp", dataclasses.replace(s, nodes=2, inter_node_gbps=10.0))
     assert two_nodes.bandwidth_gbps == 10.0
     checkpointed = engine_speed("ddp", dataclasses.replace(s, gradient_checkpointing=True))
-    assert checkpointed.compute_s == pytest.approx(speed.compute_s * 4 / 3)
+    assert checkpointed.seconds["compute"] == pytest.approx(speed.seconds["compute"] * 4 / 3)
 
 
 def test_parse_memory_size_and_bandwidth():
@@ -242,8 +267,9 @@ def test_parse_memory_size_and_bandwidth():
 def test_project_zero1_config_bucket_is_visible_in_the_plan():
     """A ds_config without reduce_bucket_size gets DeepSpeed's 5e8-element default bucket, allocated whole."""
     without = settings(per_device_batch=1, ds_configs={"zero1": {"zero_optimization": {"stage": 1}}})
-    auto = settings(per_device_batch=1,
-                    ds_configs={"zero1": {"zero_optimization": {"stage": 1, "reduce_bucket_size": "auto"}}})
+    auto = settings(
+        per_device_batch=1, ds_configs={"zero1": {"zero_optimization": {"stage": 1, "reduce_bucket_size": "auto"}}}
+    )
     gap = engine_memory("zero1", without).peak - engine_memory("zero1", auto).peak
     assert gap > 0.5 * GiB  # 5e8 x 2 B = 0.93 GiB of bucket instead of h² x 2 B
     assert any("reduce_bucket_size" in note for note in engine_memory("zero1", without).notes)

@@ -40,7 +40,8 @@ def test_zero2_model_states_agree_with_deepspeed(model_and_shape, gpus, nodes, c
     assert total == shape.num_parameters
     for offload, engine in ((False, "zero2"), (True, "zero2_offload")):
         _, ds_gpu = stage_1_and_2.estimate_zero2_model_states_mem_needs(
-            total, num_gpus_per_node=gpus, num_nodes=nodes, cpu_offload=offload, additional_buffer_factor=1.0)
+            total, num_gpus_per_node=gpus, num_nodes=nodes, cpu_offload=offload, additional_buffer_factor=1.0
+        )
         ours = device_states(engine, shape, gpus * nodes)
         assert abs(ours / ds_gpu - 1) <= 0.05, (engine, ours, ds_gpu)
 
@@ -57,8 +58,14 @@ def test_zero3_model_states_agree_with_deepspeed(model_and_shape, gpus, nodes):
     assert total == shape.num_parameters
     world = gpus * nodes
     _, ds_gpu, largest_layer_memory = stage3.estimate_zero3_model_states_mem_needs(
-        total, largest, num_gpus_per_node=gpus, num_nodes=nodes, cpu_offload=False, cpu_offload_params=False,
-        additional_buffer_factor=1.0)
+        total,
+        largest,
+        num_gpus_per_node=gpus,
+        num_nodes=nodes,
+        cpu_offload=False,
+        cpu_offload_params=False,
+        additional_buffer_factor=1.0,
+    )
     weight_partition = 2 * math.ceil(total / world)
     ours = device_states("zero3", shape, world) - weight_partition + largest_layer_memory
     assert abs(ours / ds_gpu - 1) <= 0.05, (ours, ds_gpu)
@@ -72,8 +79,15 @@ def test_zero3_offload_host_states_agree_with_deepspeed(model_and_shape, gpus, n
     model, shape = model_and_shape
     total, largest = stage3.model_to_params(model)
     ds_cpu, _, _ = stage3.estimate_zero3_model_states_mem_needs(
-        total, largest, num_gpus_per_node=gpus, num_nodes=nodes, cpu_offload=True, cpu_offload_params=True,
-        zero_init=True, additional_buffer_factor=1.0)
+        total,
+        largest,
+        num_gpus_per_node=gpus,
+        num_nodes=nodes,
+        cpu_offload=True,
+        cpu_offload_params=True,
+        zero_init=True,
+        additional_buffer_factor=1.0,
+    )
     world = gpus * nodes
     host_per_node = model_state_bytes("zero3_offload", total, world, "bf16")["host"] * gpus
     weight_partition_per_node = 2 * math.ceil(total / world) * gpus
