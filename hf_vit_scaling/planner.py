@@ -13,8 +13,9 @@ parameter in the engine's working dtype (2 for bf16 DeepSpeed/FSDP, 4 for fp32).
   Models", §3.1 and Figure 1: mixed-precision Adam holds 2Ψ (16-bit weights) + 2Ψ (16-bit gradients) + KΨ with K = 12
   (fp32 master weights, momentum, variance); ZeRO-1 shards the KΨ, ZeRO-2 also the gradients, ZeRO-3 also the
   weights. The code here counts what each implementation actually allocates, which differs from the paper in places
-  that are stated next to each engine (DeepSpeed keeps an fp32 copy of the gradient partition for the optimizer step;
-  fp32 training has no separate master copy in ZeRO-3; torch DDP keeps flat communication buckets beside the gradients).
+  that are stated next to each engine (DeepSpeed builds an fp32 copy of the gradient partition for the optimizer step
+  and keeps an fp32 master copy even in fp32 training; torch DDP keeps flat communication buckets beside the
+  gradients; ZeRO-3 keeps weights gathered through the forward pass).
 * **Activations**: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §4.1,
   Eq. (1): a transformer layer stores sbh(34 + 5as/h) bytes (s tokens, b batch, h hidden, a heads; 2-byte activations
   and 1-byte dropout masks). `layer_activation_elements` adapts it to Hugging Face's ViT (see there).
@@ -24,9 +25,11 @@ parameter in the engine's working dtype (2 for bf16 DeepSpeed/FSDP, 4 for fp32).
 
 Gradients and activations are not live at the same time at their peaks: activations are freed layer by layer during
 backward while gradients appear, and unsharded gradients live until the optimizer step. So the peak is
-``static + max(forward phase, step phase)``: static = what lives between steps (weights, optimizer states, persistent
-buffers), forward phase = activations + forward-time buffers, step phase = transient gradients + the step's temporaries.
-Each part's own size is reported, so the columns do not add up to the peak.
+``static + max(forward, backward end, step)``: static = what lives between steps (weights, optimizer states,
+persistent buffers); forward = activations + what is held for them (gathered weights, the first gradient buckets);
+backward end = the gradients + the first layer's activations; step = gradients + the optimizer step's temporaries.
+Each part's own size is reported, so the parts do not add up to the peak. `engine_memory` says which engine holds
+what when; 2-process CPU runs of every engine agree with it within 8% (docs/planner.md).
 
 Speed
 -----
@@ -85,8 +88,8 @@ def read_ds_configs(folder: str) -> dict[str, dict]:
     return configs
 
 
-# Achievable bus bandwidths in GB/s (10^9 bytes/s), ASSUMPTIONS: about 65-90% of the line rate per direction, the
-# range nccl-tests reports for well-configured systems. Measure yours with nccl-tests and pass a number instead.
+# Bus bandwidths in GB/s (10^9 bytes/s) the collectives are assumed to reach: ASSUMPTIONS, not measurements, set
+# at roughly 65-90% of each link's line rate per direction. Measure yours (nccl-tests' "busbw") and pass a number.
 INTERCONNECTS = {
     "pcie3": 10.0,  # PCIe 3.0 x16: 15.75 GB/s per direction
     "pcie4": 20.0,  # PCIe 4.0 x16: 31.5 GB/s
@@ -480,10 +483,10 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
         else:
             # Gradients leave the device bucket by bucket, through a staging tensor as large as the largest parameter.
             forward[2] = backward_end[2] = bucket + shape.largest_module_parameters * p
-        if elements > psi:
+        if elements == DEEPSPEED_DEFAULT_REDUCE_BUCKET:
             notes.append(
-                f"reduce_bucket_size {elements:.3g} elements: DeepSpeed allocates the whole bucket "
-                f'({elements * p / GiB:.2f} GiB); set it to "auto" in the ds_config'
+                f"no reduce_bucket_size in its ds_config: DeepSpeed's default bucket of 5e8 elements is allocated "
+                f'whole ({count} x {elements * p / GiB:.2f} GiB); "auto" would make it h² = {shape.hidden_size**2:,}'
             )
     elif engine in ("zero3", "zero3_offload"):
         elements, count = zero_buckets(engine, settings)
@@ -506,6 +509,9 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
         backward_end[:] = [root + 2 * shape.layer_parameters * p, states["gradients"], shape.layer_parameters * p]
         step[1] = states["gradients"]
 
+    if states["host"]:
+        per_node = states["host"] * settings.gpus_per_node
+        notes.append(f"host memory {states['host'] / GiB:.2f} GiB per rank, {per_node / GiB:.1f} GiB per node")
     parts = {
         "parameters": states["parameters"] + max(forward[0], backward_end[0], step[0]),
         "gradients": static_grads + max(forward[1], backward_end[1], step[1]),
@@ -559,7 +565,9 @@ class SpeedEstimate:
     bandwidth_gbps: float
 
 
-def collective_bytes_per_rank(engine: str, num_parameters: int, world_size: int, precision: str) -> int:
+def collective_bytes_per_rank(
+    engine: str, num_parameters: int, world_size: int, precision: str, regathered_parameters: int | None = None
+) -> int:
     """Bytes each rank sends per step for the data-parallel collectives (ring algorithms, bus-bandwidth volumes).
 
     * DDP: all-reduce of the fp32 gradients: 2(N-1)/N × 4Ψ (torch DDP reduces gradients in their fp32 dtype
@@ -568,6 +576,8 @@ def collective_bytes_per_rank(engine: str, num_parameters: int, world_size: int,
       2(N-1)/N × pΨ, the same volume as data parallelism (Rajbhandari et al. 2020, §7.2.1).
     * ZeRO-3 / FSDP2: the weights are all-gathered for forward and again for backward, and gradients
       reduce-scattered: 3(N-1)/N × pΨ, 1.5× data parallelism (Rajbhandari et al. 2020, §7.2.2).
+      `regathered_parameters` (default Ψ) is what backward must gather again: DeepSpeed's ZeRO-3 skips the weights
+      it kept gathered since forward (`zero3_gathered_parameters`).
     """
     n = world_size
     if n == 1:
@@ -578,7 +588,8 @@ def collective_bytes_per_rank(engine: str, num_parameters: int, world_size: int,
         return int(2 * ring * 4 * num_parameters)
     if engine in ("zero1", "zero2", "zero2_offload"):
         return int(2 * ring * p * num_parameters)
-    return int(3 * ring * p * num_parameters)
+    regathered = num_parameters if regathered_parameters is None else regathered_parameters
+    return int(ring * p * (2 * num_parameters + regathered))
 
 
 def engine_speed(engine: str, settings: PlanSettings) -> SpeedEstimate:
@@ -593,7 +604,12 @@ def engine_speed(engine: str, settings: PlanSettings) -> SpeedEstimate:
     bandwidth = (
         settings.intra_node_gbps if settings.nodes == 1 else min(settings.intra_node_gbps, settings.inter_node_gbps)
     )
-    collective = collective_bytes_per_rank(engine, shape.num_parameters, settings.world_size, settings.precision)
+    regathered = None
+    if engine.startswith("zero3"):
+        regathered = shape.num_parameters - zero3_gathered_parameters(shape)
+    collective = collective_bytes_per_rank(
+        engine, shape.num_parameters, settings.world_size, settings.precision, regathered
+    )
     collective_s = collective / (bandwidth * 1e9)
 
     # Ulysses: per layer 4 all-to-alls forward (Q, K, V in, output back) and 4 backward, each moving (N-1)/N of the
@@ -610,7 +626,8 @@ def engine_speed(engine: str, settings: PlanSettings) -> SpeedEstimate:
     if engine == "zero2_offload":
         host_bytes = 2 * p * shard  # gradient partition to the host, updated weights back
     elif engine == "zero3_offload":
-        host_bytes = 3 * p * shard  # weights in for forward and for backward, gradients out
+        # Weights in for forward (and again for backward, those not kept gathered), gradients out.
+        host_bytes = 2 * p * shard + p * math.ceil(regathered / settings.world_size)
     if engine.endswith("_offload"):
         cpu_opt_s = shard / (settings.cpu_adam_gparams_per_s * 1e9)
     host_s = host_bytes / (settings.host_link_gbps * 1e9)
@@ -854,7 +871,8 @@ def format_plan(result: Plan) -> str:
         "",
         "Memory in GiB per rank. peak = static + max(forward phase, backward end, step phase): gradients and "
         "activations are not live together, so the columns do not add up to it.",
-        "Step time is an estimate: compute + communication, no overlap; the bandwidths and TFLOP/s above are inputs.",
+        "Step time is an estimate: compute + communication, no overlap (comm s: collectives, host transfers and CPU "
+        "Adam); the bandwidths and TFLOP/s above are inputs.",
     ]
     notes = [f"  {o.name}: {note}" for o in result.options for note in o.memory.notes]
     if notes:

@@ -81,7 +81,7 @@ class PlanArguments:
         default="pcie4",
         metadata={
             "help": "Link between GPUs of a node: " + ", ".join(INTERCONNECTS) + ", or its bus bandwidth in "
-            "GB/s (nccl-tests' busbw). Named links are assumptions (about 65-80% of the line rate)."
+            "GB/s (nccl-tests' busbw). Named links are assumptions (roughly 65-90%% of the line rate)."
         },
     )
     network: str = field(

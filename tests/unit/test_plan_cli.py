@@ -89,7 +89,17 @@ def test_json_output_parses():
         assert memory["peak"] == phases["static"] + max(phases["forward"], phases["backward_end"], phases["step"])
         assert option["speed"]["step_s"] > 0 and option["max_batch"] >= 0
     assert report["recommended"] == "ddp" and report["reason"]
-    assert "interconnect" not in report["inputs"]["assumed"] or report["inputs"]["interconnect"] == "nvlink3"
+    # Named links and the default TFLOP/s are assumptions, and the JSON says so.
+    assert {"achievable_tflops", "interconnect", "network", "host_link"} <= set(report["inputs"]["assumed"])
+
+
+def test_help_lists_every_flag(capsys):
+    with pytest.raises(SystemExit) as stop:
+        load_recipe().main(["--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--gpu_memory", "--interconnect", "--network", "--sequence_parallel_size", "--json"):
+        assert flag in out
 
 
 def test_table_names_the_recommendation(capsys):

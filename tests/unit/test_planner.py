@@ -233,6 +233,8 @@ def test_collective_volumes():
     # ZeRO-3 / FSDP2: two all-gathers + one reduce-scatter: 3 x 3/4 x 2,000 B
     assert collective_bytes_per_rank("zero3", psi, 4, "bf16") == 4500
     assert collective_bytes_per_rank("fsdp2", psi, 4, "bf16") == 4500
+    # DeepSpeed's ZeRO-3 does not gather again in backward what it kept gathered since forward.
+    assert collective_bytes_per_rank("zero3", psi, 4, "bf16", regathered_parameters=0) == 3000
     assert collective_bytes_per_rank("ddp", psi, 1, "bf16") == 0
 
 
