@@ -29,7 +29,7 @@ backward while gradients appear, and unsharded gradients live until the optimize
 persistent buffers); forward = activations + what is held for them (gathered weights, the first gradient buckets);
 backward end = the gradients + the first layer's activations; step = gradients + the optimizer step's temporaries.
 Each part's own size is reported, so the parts do not add up to the peak. `engine_memory` says which engine holds
-what when; 2-process CPU runs of every engine agree with it within 8% (docs/planner.md).
+what when; 2-process CPU runs of every engine agree with it within 4% (docs/planner.md).
 
 Speed
 -----
