@@ -713,9 +713,10 @@ def recommend(options: list[EngineOption]) -> tuple[str | None, str]:
     """The engine to use and why.
 
     Plain data parallelism first whenever it fits: it has the least communication and no sharding machinery, and
-    DeepSpeed's maintainers advise turning ZeRO off for models that fit (microsoft/DeepSpeed discussion 1939: "The
-    communication overhead can hurt throughput of smaller models ... it is probably better to disable ZeRO"; the
-    Transformers multi-GPU guide likewise lists DDP first when the model fits on one GPU). Otherwise the fastest
+    DeepSpeed's maintainers advise ZeRO only when the model or batch does not fit (deepspeedai/DeepSpeed issue 1436,
+    a maintainer: "ZeRO is best used when model size ... or batch size will not [fit in] the available GPU memory.
+    The techniques that ZeRO uses to reduce memory consumption do make backward() slower"; the Transformers
+    multi-GPU guide likewise lists DDP first when the model fits on one GPU). Otherwise the fastest
     estimated option that fits (ties go to the simpler engine, in `ENGINES` order). When nothing fits at the
     requested batch: the option that fits the largest batch, with gradient accumulation to keep the global batch.
     """
@@ -725,7 +726,7 @@ def recommend(options: list[EngineOption]) -> tuple[str | None, str]:
         return "ddp", (
             f"DDP fits ({ddp.memory.peak / GiB:.1f} of {ddp.memory.usable / GiB:.1f} GiB usable): plain "
             "data parallelism has the least communication; ZeRO/FSDP only save memory you do not need "
-            "(DeepSpeed maintainers: disable ZeRO for models that fit)."
+            "(DeepSpeed's maintainers advise ZeRO when the model or batch does not fit)."
         )
     fitting = [o for o in options if o.memory.fits]
     if fitting:
