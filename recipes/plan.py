@@ -1,0 +1,225 @@
+#!/usr/bin/env python
+"""Plan a ViT training run before launching it: memory per GPU, the largest batch and a step-time estimate for DDP,
+ZeRO-1/2/3 (and their offload variants) and FSDP2, with a recommendation. Nothing is launched; no GPU needed.
+
+    python recipes/plan.py --model_preset vit-l-16 --image_size 224 --per_device_train_batch_size 64 \
+        --gpus 8 --gpu_memory 40GB --nodes 4 --interconnect nvlink3 --network ib-hdr --precision bf16
+
+`--json` prints the same plan as JSON. Bandwidths and the achievable TFLOP/s are assumptions unless you pass your
+own measured numbers (nccl-tests' bus bandwidth, a throughput.json from recipes/train_vit.py); docs/planner.md
+explains every formula and shows how the estimates compare with measurements.
+"""
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import HfArgumentParser
+
+from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.flops import lookup_peak_tflops
+from hf_vit_scaling.models import MODEL_PRESETS
+from hf_vit_scaling.planner import (
+    INTERCONNECTS,
+    NETWORKS,
+    PRECISIONS,
+    PlanSettings,
+    format_plan,
+    parse_memory_size,
+    plan,
+    read_ds_configs,
+    resolve_bandwidth,
+    vit_shape,
+)
+
+DS_CONFIGS = Path(__file__).resolve().parents[1] / "ds_configs"
+
+
+@dataclass
+class PlanArguments:
+    """The model, the batch and the cluster to plan for."""
+
+    model_preset: str = field(
+        default="vit-b-16",
+        metadata={"help": "ViT size: " + ", ".join(MODEL_PRESETS) + ".", "choices": list(MODEL_PRESETS)},
+    )
+    image_size: int | None = field(default=None, metadata={"help": "Input resolution in pixels (preset's default)."})
+    patch_size: int | None = field(default=None, metadata={"help": "Patch size in pixels (preset's default)."})
+    num_labels: int = field(default=1000, metadata={"help": "Classes of the classification head."})
+    per_device_train_batch_size: int = field(default=64, metadata={"help": "Images per GPU per step."})
+    gpus: int = field(default=1, metadata={"help": "GPUs per node (torchrun's --nproc_per_node)."})
+    nodes: int = field(default=1, metadata={"help": "Nodes."})
+    gpu_memory: str = field(
+        default="40GB",
+        metadata={
+            "help": "Memory of one GPU, e.g. 16GB, 40GB, 80GB (binary units, as GPUs are quoted: 40GB = 40 GiB)."
+        },
+    )
+    gpu_name: str = field(
+        default="A100",
+        metadata={"help": "GPU model for the dense peak TFLOP/s table (T4, V100, A10, A100, L4, H100, H200, ...)."},
+    )
+    precision: str = field(
+        default="bf16",
+        metadata={
+            "help": "bf16 (DeepSpeed/FSDP keep bf16 weights; plain DDP uses autocast) or fp32.",
+            "choices": list(PRECISIONS),
+        },
+    )
+    gradient_checkpointing: bool = field(
+        default=False, metadata={"help": "Plan with activation checkpointing of every ViT layer (+1/3 compute)."}
+    )
+    sequence_parallel_size: int = field(
+        default=1,
+        metadata={
+            "help": "Split each image's tokens over N GPUs (DeepSpeed Ulysses, ZeRO engines only); N must "
+            "divide the head count and the number of GPUs."
+        },
+    )
+    interconnect: str = field(
+        default="pcie4",
+        metadata={
+            "help": "Link between GPUs of a node: " + ", ".join(INTERCONNECTS) + ", or its bus bandwidth in "
+            "GB/s (nccl-tests' busbw). Named links are assumptions (roughly 65-90%% of the line rate)."
+        },
+    )
+    network: str = field(
+        default="eth100",
+        metadata={
+            "help": "Network between nodes: " + ", ".join(NETWORKS) + ", or the node's bus bandwidth in "
+            "GB/s. Only used with --nodes > 1."
+        },
+    )
+    host_link: str = field(
+        default="pcie4",
+        metadata={"help": "GPU-host link for the offload variants: " + ", ".join(INTERCONNECTS) + " or GB/s."},
+    )
+    achievable_tflops: float | None = field(
+        default=None, metadata={"help": "Achieved TFLOP/s per GPU (from a throughput.json); default: peak x --mfu."}
+    )
+    mfu: float = field(
+        default=0.4, metadata={"help": "Assumed model-FLOPs utilisation when --achievable_tflops is not given."}
+    )
+    cpu_adam_gparams_per_s: float = field(
+        default=1.0, metadata={"help": "Assumed CPU Adam speed per rank for the offload variants (G params/s)."}
+    )
+    memory_margin: float = field(
+        default=0.10,
+        metadata={"help": "Fraction of GPU memory kept free for the CUDA context, NCCL buffers and fragmentation."},
+    )
+    json: bool = field(default=False, metadata={"help": "Print the plan as JSON instead of a table."})
+
+    def __post_init__(self):
+        positive = {
+            "--per_device_train_batch_size": self.per_device_train_batch_size,
+            "--gpus": self.gpus,
+            "--nodes": self.nodes,
+            "--num_labels": self.num_labels,
+            "--sequence_parallel_size": self.sequence_parallel_size,
+        }
+        for flag, value in positive.items():
+            if value <= 0:
+                raise UserInputError(f"{flag} must be positive, got {value}. Fix: pass a whole number >= 1.")
+        preset = MODEL_PRESETS[self.model_preset]
+        image, patch = self.image_size or preset["image_size"], self.patch_size or preset["patch_size"]
+        if image <= 0 or patch <= 0 or image % patch:
+            raise UserInputError(
+                f"--image_size {image} and --patch_size {patch}: the image must be a positive "
+                "multiple of the patch. Fix: e.g. --image_size 224 --patch_size 16."
+            )
+        sp, world, heads = self.sequence_parallel_size, self.gpus * self.nodes, preset["num_attention_heads"]
+        if world % sp or heads % sp:
+            raise UserInputError(
+                f"--sequence_parallel_size {sp} must divide the {world} GPUs and the "
+                f"{heads} attention heads of {self.model_preset}. Fix: pick a common divisor."
+            )
+        if not 0 <= self.memory_margin < 1:
+            raise UserInputError(f"--memory_margin must be in [0, 1), got {self.memory_margin}. Fix: e.g. 0.1.")
+        if self.achievable_tflops is not None and not self.achievable_tflops > 0:
+            raise UserInputError(f"--achievable_tflops must be positive, got {self.achievable_tflops}.")
+        if not 0 < self.mfu <= 1:
+            raise UserInputError(f"--mfu must be in (0, 1], got {self.mfu}. Fix: e.g. 0.4.")
+        if not self.cpu_adam_gparams_per_s > 0:
+            raise UserInputError(f"--cpu_adam_gparams_per_s must be positive, got {self.cpu_adam_gparams_per_s}.")
+
+
+def achievable_tflops(args: PlanArguments) -> float:
+    if args.achievable_tflops is not None:
+        return args.achievable_tflops
+    peak = lookup_peak_tflops(args.gpu_name, args.precision)
+    if peak is None:
+        raise UserInputError(
+            f"No {args.precision} peak TFLOP/s known for --gpu_name {args.gpu_name!r}. Fix: pass "
+            "--achievable_tflops (measured TFLOP/s per GPU), or a --gpu_name from the table."
+        )
+    return peak * args.mfu
+
+
+def settings_from(args: PlanArguments) -> PlanSettings:
+    shape = vit_shape(MODEL_PRESETS[args.model_preset], args.image_size, args.patch_size, args.num_labels)
+    return PlanSettings(
+        shape=shape,
+        per_device_batch=args.per_device_train_batch_size,
+        gpus_per_node=args.gpus,
+        nodes=args.nodes,
+        gpu_memory_bytes=parse_memory_size(args.gpu_memory),
+        precision=args.precision,
+        gradient_checkpointing=args.gradient_checkpointing,
+        sequence_parallel_size=args.sequence_parallel_size,
+        memory_margin=args.memory_margin,
+        achievable_tflops=achievable_tflops(args),
+        intra_node_gbps=resolve_bandwidth(args.interconnect, INTERCONNECTS, "--interconnect"),
+        inter_node_gbps=resolve_bandwidth(args.network, NETWORKS, "--network"),
+        host_link_gbps=resolve_bandwidth(args.host_link, INTERCONNECTS, "--host_link"),
+        cpu_adam_gparams_per_s=args.cpu_adam_gparams_per_s,
+        ds_configs=read_ds_configs(str(DS_CONFIGS)),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Parse and check everything before any work: one `error: ... Fix: ...` line and exit status 2 on bad input.
+    try:
+        (args,) = HfArgumentParser(PlanArguments).parse_args_into_dataclasses(argv)
+        settings = settings_from(args)
+    except UserInputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+    result = plan(settings)
+    if args.json:
+        report = result.to_dict()
+        report["inputs"] = {
+            "gpu_name": args.gpu_name,
+            "mfu": None if args.achievable_tflops is not None else args.mfu,
+            "interconnect": args.interconnect,
+            "network": args.network,
+            "host_link": args.host_link,
+            "assumed": [
+                name
+                for name, given in (
+                    ("achievable_tflops", args.achievable_tflops is not None),
+                    ("interconnect", _is_number(args.interconnect)),
+                    ("network", _is_number(args.network)),
+                    ("host_link", _is_number(args.host_link)),
+                    ("cpu_adam_gparams_per_s", False),
+                )
+                if not given
+            ],
+        }
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_plan(result))
+    return 0
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())
