@@ -72,7 +72,8 @@ ENGINE_FLAGS = {
     "zero2_offload": "--ds_config ds_configs/zero2_offload.json",
     "zero3": "--ds_config ds_configs/zero3.json",
     "zero3_offload": "--ds_config ds_configs/zero3_offload.json",
-    "fsdp2": '--fsdp "full_shard auto_wrap" --fsdp_config \'{"version": 2, "transformer_layer_cls_to_wrap": ["ViTLayer"]}\'',
+    "fsdp2": '--fsdp "full_shard auto_wrap" --fsdp_config '
+    '\'{"version": 2, "transformer_layer_cls_to_wrap": ["ViTLayer"]}\'',
 }
 PRECISIONS = ("bf16", "fp32")
 
@@ -455,7 +456,8 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
     first_layer = act["one_layer"] + act["pixels"] + act["backward_working_set"]
     notes: list[str] = []
     static_grads = static_buffers = 0
-    # What comes on top of `static` at each moment, as (whole weights, gradients, buffers); activations are added below.
+    # What comes on top of `static` at each moment, as (whole weights, gradients, buffers); activations are added
+    # below.
     forward, backward_end, step = [0, 0, 0], [0, 0, 0], [0, 0, 0]
 
     if engine == "ddp":
