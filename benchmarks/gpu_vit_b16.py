@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from hf_vit_scaling import load_throughput_report
+from hf_vit_scaling.throughput.schema import load_throughput_report
 
 REPO = Path(__file__).resolve().parents[1]
 

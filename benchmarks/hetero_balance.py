@@ -25,7 +25,7 @@ from pathlib import Path
 
 from _common import report_result  # benchmarks/_common.py (scripts run as benchmarks/<name>.py)
 
-from hf_vit_scaling import load_throughput_report
+from hf_vit_scaling.throughput.schema import load_throughput_report
 
 REPO = Path(__file__).resolve().parents[1]
 COMMON = [

@@ -203,7 +203,8 @@ def main() -> int:
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         from transformers import Trainer
 
-        from hf_vit_scaling import build_model_from_preset, init_deepspeed_comm, preset_config
+        from hf_vit_scaling.distributed import init_deepspeed_comm
+        from hf_vit_scaling.models import build_model_from_preset, preset_config
 
         labels = [str(i) for i in range(args.num_labels)]
         dataset = SyntheticImages(

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image
 
-from .data import decode_image, to_rgb
+from .data.decoding import decode_image, to_rgb
 from .errors import UserInputError
 
 SPLIT_NAMES = ("train", "validation", "test")

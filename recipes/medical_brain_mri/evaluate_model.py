@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from transformers import AutoImageProcessor, AutoModelForImageClassification
 
-from hf_vit_scaling import write_json_atomically
+from hf_vit_scaling.checkpoints import write_json_atomically
 from hf_vit_scaling.classification_metrics import roc_auc, sensitivity_specificity, softmax
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.evaluation import (

@@ -27,7 +27,7 @@ import numpy as np
 
 
 def subsample(args) -> int:
-    from hf_vit_scaling import write_json_atomically
+    from hf_vit_scaling.checkpoints import write_json_atomically
     from hf_vit_scaling.hygiene import (
         class_balance,
         format_class_balance,

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import zipfile
 
-from hf_vit_scaling import write_json_atomically as write_json
+from hf_vit_scaling.checkpoints import write_json_atomically as write_json
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.hygiene import (
     DEFAULT_NEAR_DUPLICATE_THRESHOLD,

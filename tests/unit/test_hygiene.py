@@ -4,7 +4,6 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from image_helpers import scan
 from PIL import Image
 
 from hf_vit_scaling.errors import UserInputError
@@ -22,6 +21,7 @@ from hf_vit_scaling.hygiene import (
     write_split_file,
     write_split_folders,
 )
+from tests.helpers import scan
 
 
 def encoded(image: Image.Image, fmt: str, **kwargs) -> bytes:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 from datasets import Image as ImageFeature
-from image_helpers import scan
+
+from tests.helpers import scan
 
 PREPARE = Path(__file__).resolve().parents[2] / "recipes" / "medical_brain_mri" / "prepare.py"
 
