@@ -1,8 +1,11 @@
 """From every rank's measured figures to the report: pure arithmetic, testable without a Trainer.
 
 `summarize(per_rank, setup)` takes what `ThroughputCallback` gathered from each rank (`RankFigures` keys below) and
-what the run was (`setup`: batch, engine, model sizes, FLOPs per image, peak) and returns the report whose schema
-is `schema.REPORT_SCHEMA`.
+what the run was and returns the report whose schema is `schema.REPORT_SCHEMA`. `setup` keys (the callback fills
+them from TrainingArguments, the model and the engine): engine, per_device_train_batch_size,
+gradient_accumulation_steps, zero_stage, offload, precision, image_size, patch_size, num_parameters,
+forward_macs_per_image, train_flops_per_image, versions, simulated_slow_ranks, rank_batches, sequence_parallel_size,
+warmup_steps, peak_tflops, peak_source, memory_kind.
 
 Per-rank figures (one dict per rank, in rank order): steps, images, measured_time, compute_mean, data_wait_mean,
 forward_mean, step_time_mean, step_time_median, step_time_p90, own_work (per measured step), memory
@@ -14,14 +17,6 @@ import numpy as np
 from ..distributed import global_batch_size
 from ..flops import mfu
 from .schema import SCHEMA_VERSION
-
-# `setup` keys summarize() reads; the callback fills them from TrainingArguments, the model and the engine.
-SETUP_KEYS = (
-    "engine", "per_device_train_batch_size", "gradient_accumulation_steps", "zero_stage", "offload", "precision",
-    "image_size", "patch_size", "num_parameters", "forward_macs_per_image", "train_flops_per_image", "versions",
-    "simulated_slow_ranks", "rank_batches", "sequence_parallel_size", "warmup_steps", "peak_tflops", "peak_source",
-    "memory_kind",
-)  # fmt: skip
 
 
 def estimate_sync_wait(work_per_rank: list[list[float]]) -> list[float]:
