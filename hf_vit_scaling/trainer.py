@@ -11,6 +11,8 @@
   fails raises `CheckpointSaveError` naming the newest complete checkpoint;
 - `bad_samples`: images that could not be decoded and were left out of their batch (see `data.decoding`);
 - `trace_samples`: append each step's dataset indices to output_dir/sample_trace/rank{R}.jsonl.
+- `layer_decay`: BEiT's per-layer learning rates as the optimizer's parameter groups (every ZeRO stage);
+- `ema`: an `EMACallback`; evaluation adds `eval_ema_*`, each checkpoint holds `ema.safetensors` before it is marked.
 Injected faults (`faults.FaultInjector`) do nothing unless the environment asks for them.
 """
 
