@@ -109,21 +109,21 @@ def scan(seed: int, size: int = 160) -> Image.Image:
     return Image.fromarray(pixels.astype(np.uint8)).convert("RGB")
 
 
+def tiny_vit_config(image_size=8, hidden_size=16, num_hidden_layers=1, num_labels=3):
+    """A ViTConfig small enough for in-process tests: patch 4, 2 heads, MLP twice the width."""
+    from transformers import ViTConfig
+
+    return ViTConfig(image_size=image_size, patch_size=4, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
+                     num_attention_heads=2, intermediate_size=2 * hidden_size, num_labels=num_labels)  # fmt: skip
+
+
 def save_tiny_pretrained_vit(path, num_labels=3):
     """A seeded 2-layer ViT (16 px, patch 4, width 32) saved with `save_pretrained` at `path`; returns the model."""
     import torch
-    from transformers import ViTConfig, ViTForImageClassification
+    from transformers import ViTForImageClassification
 
     torch.manual_seed(0)
-    config = ViTConfig(
-        image_size=16,
-        patch_size=4,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        num_labels=num_labels,
-    )
+    config = tiny_vit_config(image_size=16, hidden_size=32, num_hidden_layers=2, num_labels=num_labels)
     model = ViTForImageClassification(config)
     model.save_pretrained(path)
     return model

@@ -2,10 +2,11 @@
 pixels at the model's size; submodule hooks (sequence parallelism) after every model-level pre-hook."""
 
 import torch
-from transformers import ViTConfig, ViTForImageClassification
+from transformers import ViTForImageClassification
 
 from hf_vit_scaling.data.device_transforms import DevicePreprocessor
 from hf_vit_scaling.model_hooks import attach_model_hooks
+from tests.helpers import tiny_vit_config
 
 
 class Recorder:
@@ -25,8 +26,7 @@ class Recorder:
 
 
 def test_hooks_see_preprocessed_pixels_in_order():
-    config = ViTConfig(image_size=16, patch_size=4, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                       intermediate_size=32, num_labels=3)  # fmt: skip
+    config = tiny_vit_config(image_size=16)
     model = ViTForImageClassification(config).train()
     log = []
     preprocessor = DevicePreprocessor(16, [0.5] * 3, [0.5] * 3)

@@ -6,14 +6,14 @@ import json
 
 import pytest
 import torch
-from transformers import TrainerControl, TrainerState, TrainingArguments, ViTConfig, ViTForImageClassification
+from transformers import TrainerControl, TrainerState, TrainingArguments, ViTForImageClassification
 
 from hf_vit_scaling.throughput import timing
 from hf_vit_scaling.throughput.report import format_report
 from hf_vit_scaling.throughput.schema import REPORT_SCHEMA, load_throughput_report, schema_markdown
 from hf_vit_scaling.throughput.summary import estimate_sync_wait, summarize
 from hf_vit_scaling.throughput.timing import ThroughputCallback
-from tests.helpers import REPO
+from tests.helpers import REPO, tiny_vit_config
 
 THROUGHPUT_DOC = REPO / "docs" / "throughput.md"
 
@@ -50,15 +50,7 @@ class _Driver:
             output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=4, report_to="none"
         )
         self.state, self.control = TrainerState(), TrainerControl()
-        config = ViTConfig(
-            image_size=8,
-            patch_size=4,
-            hidden_size=16,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            intermediate_size=32,
-            num_labels=3,
-        )
+        config = tiny_vit_config()
         self.model = ViTForImageClassification(config).train()
         self.cb = ThroughputCallback(warmup_steps=warmup_steps, peak_tflops=1.0, print_table=False)
         self.cb.on_train_begin(self.args, self.state, self.control, model=self.model)

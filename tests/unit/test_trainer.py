@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from transformers import TrainingArguments, ViTConfig, ViTForImageClassification
+from transformers import TrainingArguments, ViTForImageClassification
 
 from hf_vit_scaling.errors import NonFiniteLossError
 from hf_vit_scaling.faults import FAULTS_ENV
@@ -14,6 +14,7 @@ from hf_vit_scaling.hetero import loss_weight
 from hf_vit_scaling.log import setup_logging
 from hf_vit_scaling.model_card import render_model_card
 from hf_vit_scaling.trainer import TRACE_DIRNAME, VitTrainer
+from tests.helpers import tiny_vit_config
 
 
 @pytest.fixture
@@ -22,15 +23,7 @@ def make_trainer(tmp_path, monkeypatch):
 
     def make(**kwargs) -> VitTrainer:
         torch.manual_seed(0)
-        config = ViTConfig(
-            image_size=8,
-            patch_size=4,
-            hidden_size=16,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            intermediate_size=32,
-            num_labels=3,
-        )
+        config = tiny_vit_config()
         args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none")
         trainer = VitTrainer(model=ViTForImageClassification(config).train(), args=args, **kwargs)
         trainer.current_gradient_accumulation_steps = 1  # set by the training loop, read by training_step
