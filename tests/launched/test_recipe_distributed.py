@@ -374,3 +374,21 @@ def test_two_nodes_on_one_machine(tmp_path):
     report = read_json(tmp_path / "node0" / "throughput.json")
     assert report["setup"]["num_nodes"] == 2 and report["setup"]["world_size"] == 2
     assert not (tmp_path / "node1" / "throughput.json").exists()  # only the main process writes
+
+
+# --------------------------------------------------------------------------- 7. the minimal recipe
+
+
+def test_minimal_recipe_trains_with_zero2_on_two_processes(tmp_path):
+    """recipes/train_vit_minimal.py: the Trainer's own --deepspeed, torchrun, 2 processes over gloo."""
+    flags = (
+        "--model_preset vit-tiny-cpu --image_size 16 --per_device_train_batch_size 16 --learning_rate 2e-3 "
+        "--max_steps 6 --report_to none --save_strategy no --disable_tqdm true --seed 0 --use_cpu true"
+    ).split()
+    script = RECIPE.parent / "train_vit_minimal.py"
+    cmd = [*launcher_cmd("torchrun", 2), script, "--output_dir", tmp_path, "--deepspeed", DS_CONFIGS / "zero2.json"]
+    proc = run([*cmd, *flags])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    metrics = read_json(tmp_path / "eval_results.json")
+    assert 0.0 <= metrics["eval_accuracy"] <= 1.0 and "eval_top5_accuracy" in metrics  # digits: 10 classes
+    assert (tmp_path / "model.safetensors").is_file() and (tmp_path / "preprocessor_config.json").is_file()
