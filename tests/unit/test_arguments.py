@@ -149,3 +149,19 @@ def test_class_weighting_is_refused_beside_soft_targets(tmp_path):
     for extra in (["--mixup_alpha", "0.2"], ["--label_smoothing_factor", "0.1"]):
         with pytest.raises(UserInputError, match="--class_weighting cannot be combined"):
             parse_args(base + extra)
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--per_device_train_batch_size", "0"], "--per_device_train_batch_size"),
+        (["--per_device_eval_batch_size", "-2"], "--per_device_eval_batch_size"),
+        (["--gradient_accumulation_steps", "0"], "--gradient_accumulation_steps"),
+        (["--learning_rate", "-1"], "--learning_rate"),
+        (["--num_train_epochs", "0"], "--num_train_epochs"),
+        (["--max_steps", "0"], "--max_steps"),
+    ],
+)
+def test_training_numbers_are_refused_before_anything_loads(tmp_path, argv, flag):
+    with pytest.raises(UserInputError, match=flag):
+        parse_args(["--output_dir", str(tmp_path), *argv])
