@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from .errors import UserInputError
+from .losses import reduce_per_image_loss
 
 # ---------------------------------------------------------------- RandAugment / TrivialAugment spec (timm's notation)
 
@@ -493,11 +494,7 @@ def soft_target_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, num_i
     `num_items_in_batch` (the Trainer's count over the whole accumulated, all-rank batch), the sum divided by it:
     the same reduction as transformers' `fixed_cross_entropy`, so the Trainer's loss scaling stays right."""
     per_image = -(targets * F.log_softmax(logits.float(), dim=-1)).sum(dim=-1)
-    if num_items_in_batch is None:
-        return per_image.mean()
-    if torch.is_tensor(num_items_in_batch):
-        num_items_in_batch = num_items_in_batch.to(per_image.device)
-    return per_image.sum() / num_items_in_batch
+    return reduce_per_image_loss(per_image, num_items_in_batch)
 
 
 @dataclass

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .errors import UserInputError
+from .losses import reduce_per_image_loss
 
 CLASS_WEIGHTING = ("none", "balanced")
 
@@ -47,11 +48,7 @@ def weighted_cross_entropy(
 ) -> torch.Tensor:
     """sum_i w[y_i] * CE_i / n, n = `num_items_in_batch` or the batch size (see the module docstring)."""
     per_image = F.cross_entropy(logits.float(), labels, reduction="none")
-    total = (weights.to(per_image.device, per_image.dtype)[labels] * per_image).sum()
-    n = labels.numel() if num_items_in_batch is None else num_items_in_batch
-    if torch.is_tensor(n):
-        n = n.to(total.device)
-    return total / n
+    return reduce_per_image_loss(weights.to(per_image.device, per_image.dtype)[labels] * per_image, num_items_in_batch)
 
 
 def make_weighted_loss(weights: Sequence[float]):
