@@ -351,17 +351,43 @@ def has_accelerator() -> bool:
     return torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
 
 
-def _parse(argv: list[str]) -> tuple:
-    """The dataclasses from argv or from one .json/.yaml file; `--ds_config` resolved into `--deepspeed` first."""
-    parser = HfArgumentParser(ALL_ARGUMENT_CLASSES)
-    if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
-        if not os.path.isfile(argv[0]):
-            raise UserInputError(f"Arguments file {argv[0]!r} does not exist. Fix: pass an existing .json/.yaml file.")
-        values = _read_args_file(argv[0])
+def _is_args_file(arg: str) -> bool:
+    return not arg.startswith("-") and arg.endswith((".json", ".yaml", ".yml"))
+
+
+def _parse_args_file(parser: HfArgumentParser, path: str, overrides: list[str]) -> tuple:
+    """The values of one .json/.yaml file, then any `--flag value` after it on top (as the alignment-handbook's
+    `train.py config.yaml --learning_rate 1e-4`): the file's values become the parser's defaults."""
+    if not os.path.isfile(path):
+        raise UserInputError(f"Arguments file {path!r} does not exist. Fix: pass an existing .json/.yaml file.")
+    values = _read_args_file(path) or {}
+    for key in ("ds_config", "deepspeed"):
+        if (given := _option_value(overrides, f"--{key}")) is not None:
+            values[key] = given
+    if "-h" not in overrides and "--help" not in overrides:
         _resolve_ds_config(values)
-        # Without an accelerator, accelerate only sets up a multi-process (gloo) world when told it runs on CPU.
-        values.setdefault("use_cpu", not has_accelerator())
+    # Without an accelerator, accelerate only sets up a multi-process (gloo) world when told it runs on CPU.
+    values.setdefault("use_cpu", not has_accelerator())
+    if not overrides:
         return parser.parse_dict(values)
+    unknown = sorted(set(values) - {action.dest for action in parser._actions})
+    if unknown:
+        raise UserInputError(
+            f"{path}: {', '.join(unknown)} {'is not a flag' if len(unknown) == 1 else 'are not flags'} of this "
+            "recipe. Fix: remove or rename them (python recipes/train_vit.py --help lists every flag)."
+        )
+    parser.set_defaults(**values)  # every action of a flag (a bool's --no_<flag> too) takes the file's value
+    for action in parser._actions:
+        action.required = action.required and action.dest not in values
+    return parser.parse_args_into_dataclasses(overrides)
+
+
+def _parse(argv: list[str]) -> tuple:
+    """The dataclasses from argv or from one .json/.yaml file (plus overrides after it); `--ds_config` resolved into
+    `--deepspeed` first."""
+    parser = HfArgumentParser(ALL_ARGUMENT_CLASSES)
+    if argv and _is_args_file(argv[0]):
+        return _parse_args_file(parser, argv[0], argv[1:])
     values = {"ds_config": _option_value(argv, "--ds_config"), "deepspeed": _option_value(argv, "--deepspeed")}
     if "-h" not in argv and "--help" not in argv:
         _resolve_ds_config(values)

@@ -48,6 +48,28 @@ def test_lone_yaml_file_is_parsed(tmp_path):
     assert args.model.model_preset == "vit-ti-16" and args.data.horizontal_flip is False
 
 
+def test_flags_after_an_args_file_override_its_values(tmp_path):
+    args_file = tmp_path / "args.yaml"
+    args_file.write_text(f"output_dir: {tmp_path / 'out'}\nseed: 42\nlearning_rate: 0.001\nhorizontal_flip: false\n")
+    args = parse_args([str(args_file), "--seed", "43", "--output_dir", str(tmp_path / "out43")])
+    assert args.training.seed == 43 and args.training.output_dir == str(tmp_path / "out43")
+    assert args.training.learning_rate == 0.001 and args.data.horizontal_flip is False  # the file's, untouched
+
+
+def test_overridden_args_file_with_an_unknown_key_names_it(tmp_path):
+    args_file = tmp_path / "args.yaml"
+    args_file.write_text(f"output_dir: {tmp_path / 'out'}\nlearning_rat: 0.001\n")
+    with pytest.raises(UserInputError, match="learning_rat is not a flag"):
+        parse_args([str(args_file), "--seed", "43"])
+
+
+def test_overrides_are_checked_like_any_flag(tmp_path):
+    args_file = tmp_path / "args.yaml"
+    args_file.write_text(f"output_dir: {tmp_path / 'out'}\n")
+    with pytest.raises(UserInputError, match="--crop_scale_min"):
+        parse_args([str(args_file), "--crop_scale_min", "1.5"])
+
+
 @pytest.mark.parametrize(
     "argv, flag",
     [
