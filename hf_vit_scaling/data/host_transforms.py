@@ -76,7 +76,7 @@ def attach_transforms(data, size: int, mean, std, data_args) -> DatasetDict:
 
     def to_pixels(train: bool) -> ImageTransform:
         return ImageTransform(
-            size, mean, std, train, data_args.random_resized_crop, data_args.crop_scale_min, data_args.horizontal_flip
+            size, mean, std, train, data_args.crops_at(size), data_args.crop_scale_min, data_args.horizontal_flip
         )
 
     return set_pixel_transforms(data, to_pixels)

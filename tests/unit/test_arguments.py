@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from hf_vit_scaling.arguments import check_restart_setup, parse_args
+from hf_vit_scaling.arguments import DataArguments, check_restart_setup, parse_args
 from hf_vit_scaling.deepspeed_config import load_ds_config, offload_targets, zero_stage
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.hetero import parse_slow_ranks
@@ -187,3 +187,9 @@ def test_class_weighting_is_refused_beside_soft_targets(tmp_path):
 def test_training_numbers_are_refused_before_anything_loads(tmp_path, argv, flag):
     with pytest.raises(UserInputError, match=flag):
         parse_args(["--output_dir", str(tmp_path), *argv])
+
+
+@pytest.mark.parametrize("flag, size, crops", [(None, 28, False), (None, 63, False), (None, 64, True),
+                                               (None, 224, True), (True, 28, True), (False, 224, False)])  # fmt: skip
+def test_random_resized_crop_defaults_by_image_size_unless_given(flag, size, crops):
+    assert DataArguments(random_resized_crop=flag).crops_at(size) is crops
