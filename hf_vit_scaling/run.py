@@ -139,13 +139,14 @@ def training_loss(args, data, augmenter):
 def attach_input_transforms(data, data_args, size: int, mean, std):
     """(splits, collate, device preprocessor or None) for the input path `--input_path` resolves to."""
     input_path = choose_input_path(data, data_args.input_path)
-    crop = data_args.crops_at(size)
-    logger.info(f"Training augmentation at {size} px: random resized crop {'on' if crop else 'off'}"
-                f"{f' (scale {data_args.crop_scale_min}-1)' if crop else ''}, "
-                f"horizontal flip {'on' if data_args.horizontal_flip else 'off'}.")  # fmt: skip
+    crop, flip = data_args.crops_at(size), data_args.flips_at(size)
+    crop_text = f"on (scale {data_args.crop_scale_min}-1)" if crop else "off"
+    logger.info(f"Training augmentation at {size} px: random resized crop {crop_text}, horizontal flip "
+                f"{'on' if flip else 'off'}, random shift of up to {data_args.random_crop_padding} px.")  # fmt: skip
     if input_path == "device":
         # uint8 batches cross to the device; resize, augmentation and normalisation run there, batched.
-        preprocessor = DevicePreprocessor(size, mean, std, crop, data_args.crop_scale_min, data_args.horizontal_flip)
+        preprocessor = DevicePreprocessor(size, mean, std, crop, data_args.crop_scale_min, flip,
+                                          data_args.random_crop_padding)  # fmt: skip
         return attach_uint8_transforms(data), collate_uint8_batch, preprocessor
     return attach_transforms(data, size, mean, std, data_args), collate_image_batch, None
 

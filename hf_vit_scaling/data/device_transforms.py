@@ -40,12 +40,15 @@ def collate_uint8_batch(examples: list[dict]) -> dict:
 
 
 def random_crop_flip_theta(
-    batch: int, scale_min: float | None, flip: bool, generator=None, device=None
+    batch: int, scale_min: float | None, flip: bool, generator=None, device=None, padding: int = 0, size: int = 1
 ) -> torch.Tensor:
-    """Per-sample affine matrices (B, 2, 3) for `affine_grid`: a random resized crop, optionally mirrored.
+    """Per-sample affine matrices (B, 2, 3) for `affine_grid`: a random resized crop, optionally mirrored and
+    shifted.
 
     In normalised coordinates ([-1, 1]) a crop of relative width w and height h centred at (cx, cy) is
     x_in = w * x_out + cx, y_in = h * y_out + cy; a flip negates w. `scale_min=None`: no crop (w = h = 1).
+    `padding` N shifts by a whole number of output pixels k in [-N, N] per axis: one pixel of a `size`-pixel output
+    spans 2 / size normalised units, so cx += w * 2k / size (an exact shift, no blur, when w = 1).
     """
     if scale_min is None:
         w, h = torch.ones(batch, device=device), torch.ones(batch, device=device)
@@ -55,6 +58,9 @@ def random_crop_flip_theta(
     if flip:
         sign = torch.where(torch.rand(batch, device=device, generator=generator) < 0.5, -1.0, 1.0)
         w = w * sign
+    if padding:
+        shifts = torch.randint(-padding, padding + 1, (2, batch), device=device, generator=generator).float()
+        cx, cy = cx + w.abs() * shifts[0] * 2 / size, cy + h * shifts[1] * 2 / size
     theta = torch.zeros(batch, 2, 3, device=device)
     theta[:, 0, 0], theta[:, 0, 2] = w, cx
     theta[:, 1, 1], theta[:, 1, 2] = h, cy
@@ -84,17 +90,18 @@ class DevicePreprocessor:
         random_resized_crop: bool = True,
         crop_scale_min: float = 0.08,
         horizontal_flip: bool = True,
+        padding: int = 0,
     ):
         self.size = size
         self.mean, self.std = mean, std
         self.crop, self.crop_scale_min, self.flip = random_resized_crop, crop_scale_min, horizontal_flip
+        self.padding = padding
 
     def __call__(self, pixels: torch.Tensor, train: bool) -> torch.Tensor:
         x = pixels.float().div_(255.0)
-        if train and (self.crop or self.flip):
-            theta = random_crop_flip_theta(
-                x.shape[0], self.crop_scale_min if self.crop else None, self.flip, device=x.device
-            )
+        if train and (self.crop or self.flip or self.padding):
+            scale_min = self.crop_scale_min if self.crop else None
+            theta = random_crop_flip_theta(x.shape[0], scale_min, self.flip, None, x.device, self.padding, self.size)
             grid = F.affine_grid(theta, [x.shape[0], 3, self.size, self.size], align_corners=False)
             x = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
         elif x.shape[-2:] != (self.size, self.size):

@@ -49,8 +49,9 @@ class ImageTransform:
         random_resized_crop: bool = True,
         crop_scale_min: float = 0.08,
         horizontal_flip: bool = True,
+        padding: int = 0,
     ):
-        self.size, self.train = size, train
+        self.size, self.train, self.padding = size, train, padding
         self.crop, self.crop_scale_min, self.flip = random_resized_crop, crop_scale_min, horizontal_flip
         self.mean = torch.tensor(mean, dtype=torch.float32).view(3, 1, 1)
         self.std = torch.tensor(std, dtype=torch.float32).view(3, 1, 1)
@@ -64,6 +65,10 @@ class ImageTransform:
         if x.shape[-2:] != (self.size, self.size):
             # Antialiased bilinear, as PIL's resize in ViTImageProcessor.
             x = F.interpolate(x, size=(self.size, self.size), mode="bilinear", antialias=True, align_corners=False)
+        if self.train and self.padding:  # torchvision's RandomCrop(size, padding=N, padding_mode="edge")
+            x = F.pad(x, [self.padding] * 4, mode="replicate")
+            top, left = torch.randint(0, 2 * self.padding + 1, (2,)).tolist()
+            x = x[..., top : top + self.size, left : left + self.size]
         x = x.squeeze(0)
         if self.train and self.flip and torch.rand(()).item() < 0.5:
             x = x.flip(-1)
@@ -76,7 +81,8 @@ def attach_transforms(data, size: int, mean, std, data_args) -> DatasetDict:
 
     def to_pixels(train: bool) -> ImageTransform:
         return ImageTransform(
-            size, mean, std, train, data_args.crops_at(size), data_args.crop_scale_min, data_args.horizontal_flip
+            size, mean, std, train, data_args.crops_at(size), data_args.crop_scale_min, data_args.flips_at(size),
+            data_args.random_crop_padding,
         )
 
     return set_pixel_transforms(data, to_pixels)

@@ -55,6 +55,47 @@ def test_flip_only_mirrors_exactly():
     assert all(f or k for f, k in zip(flipped, kept)) and 10 < sum(flipped) < 54
 
 
+def _shifts_found(image: torch.Tensor, shifted: torch.Tensor, padding: int) -> list[tuple[int, int]]:
+    """The whole-pixel shifts (dy, dx) in [-padding, padding] that turn `image` (C, H, W) into `shifted`, edges
+    repeated: shifted[y, x] = image[clamp(y + dy), clamp(x + dx)]."""
+    side = image.shape[-1]
+    found = []
+    for dy in range(-padding, padding + 1):
+        for dx in range(-padding, padding + 1):
+            rows = (torch.arange(side) + dy).clamp(0, side - 1)
+            cols = (torch.arange(side) + dx).clamp(0, side - 1)
+            if torch.allclose(image[:, rows][:, :, cols], shifted, atol=1e-4):
+                found.append((dy, dx))
+    return found
+
+
+@pytest.mark.parametrize("path", ["device", "per_sample"])
+def test_random_crop_padding_shifts_by_whole_pixels_with_edges_repeated(path):
+    side, padding = 16, 3
+    image = torch.arange(side * side, dtype=torch.uint8).view(1, side, side).expand(3, side, side).contiguous()
+    torch.manual_seed(0)
+    if path == "device":
+        prep = DevicePreprocessor(side, [0.0] * 3, [1.0] * 3, random_resized_crop=False, horizontal_flip=False,
+                                  padding=padding)  # fmt: skip
+        outputs = prep(image.expand(32, 3, side, side), train=True)
+    else:
+        prep = ImageTransform(side, [0.0] * 3, [1.0] * 3, True, random_resized_crop=False, horizontal_flip=False,
+                              padding=padding)  # fmt: skip
+        outputs = torch.stack([prep(image) for _ in range(32)])
+    reference = image.float() / 255.0
+    shifts = [_shifts_found(reference, out, padding) for out in outputs]
+    assert all(len(found) == 1 for found in shifts)  # each output is exactly one whole-pixel shift, no blur
+    assert len({found[0] for found in shifts}) > 8  # drawn per image
+    assert {dy for ((dy, _),) in shifts} == set(range(-padding, padding + 1))  # the whole range, and no further
+
+
+def test_random_crop_padding_leaves_evaluation_alone():
+    image = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8)
+    prep = DevicePreprocessor(16, [0.0] * 3, [1.0] * 3, random_resized_crop=False, padding=4)
+    assert prep(image, train=False).equal(image.float() / 255.0)
+    assert ImageTransform(16, [0.0] * 3, [1.0] * 3, False, padding=4)(image[0]).equal(image[0].float() / 255.0)
+
+
 def test_crop_boxes_respect_scale_and_stay_inside():
     theta = random_crop_flip_theta(1000, 0.25, flip=False, generator=torch.Generator().manual_seed(0))
     w, h, cx, cy = theta[:, 0, 0], theta[:, 1, 1], theta[:, 0, 2], theta[:, 1, 2]
