@@ -19,7 +19,7 @@ from .errors import UserInputError
 from .hetero import parse_shares, parse_slow_ranks
 from .imbalance import CLASS_WEIGHTING
 from .learning_rate import LR_SCALING_RULES
-from .models import DEFAULT_PRESET, MODEL_PRESETS
+from .models import DEFAULT_PRESET, MODEL_PRESETS, check_config_overrides
 from .regularization_args import RegularizationArguments, check_regularization
 from .sequence_parallel import check_sequence_parallel
 
@@ -65,6 +65,13 @@ class ModelArguments:
     patch_size: int | None = field(
         default=None, metadata={"help": "Override the preset's patch size in pixels; must divide --image_size."}
     )
+    config_overrides: str | None = field(
+        default=None,
+        metadata={
+            "help": "Presets only: change fields of the preset's ViTConfig, as the HF examples' --config_overrides, "
+            "e.g. hidden_size=128,num_hidden_layers=6,intermediate_size=384 (keys must exist in ViTConfig)."
+        },
+    )
     attn_implementation: str = field(
         default="sdpa",
         metadata={
@@ -87,6 +94,13 @@ class ModelArguments:
                 "works with a checkpoint: its position embeddings are interpolated)."
             )
         require_at_least(self, 1, "image_size", "patch_size")
+        if self.config_overrides:
+            if self.model_name_or_path:
+                raise UserInputError(
+                    "--config_overrides only applies to --model_preset (a checkpoint keeps its architecture). Fix: "
+                    "drop it, or train a preset from scratch."
+                )
+            check_config_overrides(self.config_overrides)
 
     @property
     def preset(self) -> str | None:

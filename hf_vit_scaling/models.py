@@ -37,25 +37,48 @@ def label_maps(label_names: list[str]) -> dict:
     }
 
 
+def check_config_overrides(overrides: str, config: ViTConfig | None = None) -> ViTConfig:
+    """Apply `--config_overrides` ("key=value,...", transformers' `update_from_string`) to `config` (a default
+    ViTConfig when None), refusing unknown keys, bad values and a hidden size the heads do not divide."""
+    config = config or ViTConfig()
+    try:
+        config.update_from_string(overrides)
+    except ValueError as err:  # also a pair without "=": dict() of a one-element split
+        raise UserInputError(
+            f"--config_overrides {overrides!r}: {err}. Fix: comma-separated key=value pairs of ViTConfig fields, e.g. "
+            "hidden_size=128,num_hidden_layers=6."
+        ) from None
+    if config.hidden_size % config.num_attention_heads:
+        raise UserInputError(
+            f"--config_overrides gives hidden_size {config.hidden_size}, which {config.num_attention_heads} attention "
+            "heads do not divide. Fix: make hidden_size a multiple of num_attention_heads."
+        )
+    return config
+
+
 def preset_config(
     preset: str,
     label_names: list[str],
     image_size: int | None = None,
     patch_size: int | None = None,
     attn_implementation: str = "sdpa",
+    config_overrides: str | None = None,
 ) -> ViTConfig:
-    """A ViTConfig for a named preset, with the dataset's labels and optional resolution overrides."""
+    """A ViTConfig for a named preset, with the dataset's labels, optional resolution overrides and
+    `--config_overrides`."""
     if preset not in MODEL_PRESETS:
         raise UserInputError(f"--model_preset {preset!r} is unknown. Fix: use one of {', '.join(MODEL_PRESETS)}.")
     values = dict(MODEL_PRESETS[preset])
     values["image_size"] = image_size or values["image_size"]
     values["patch_size"] = patch_size or values["patch_size"]
-    if values["image_size"] % values["patch_size"]:
+    config = ViTConfig(**values, **label_maps(label_names))
+    if config_overrides:
+        check_config_overrides(config_overrides, config)
+    if config.image_size % config.patch_size:
         raise UserInputError(
-            f"--patch_size {values['patch_size']} does not divide --image_size {values['image_size']}. "
+            f"--patch_size {config.patch_size} does not divide --image_size {config.image_size}. "
             "Fix: pick sizes where image_size is a multiple of patch_size."
         )
-    config = ViTConfig(**values, **label_maps(label_names))
     config._attn_implementation = attn_implementation
     return config
 

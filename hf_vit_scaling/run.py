@@ -120,8 +120,13 @@ def build_model(model_args, label_names: list[str]):
             processor.size = {"height": model_args.image_size, "width": model_args.image_size}
         return model, processor, f"fine-tuned from {name}"
     config = preset_config(model_args.preset, label_names, model_args.image_size, model_args.patch_size,
-                           model_args.attn_implementation)  # fmt: skip
-    return build_model_from_preset(config), image_processor_for(config), f"{model_args.preset} trained from scratch"
+                           model_args.attn_implementation, model_args.config_overrides)  # fmt: skip
+    changed = f" ({model_args.config_overrides})" if model_args.config_overrides else ""
+    return (
+        build_model_from_preset(config),
+        image_processor_for(config),
+        f"{model_args.preset}{changed} trained from scratch",
+    )
 
 
 def training_loss(args, data, augmenter):

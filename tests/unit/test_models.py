@@ -5,6 +5,7 @@ import pytest
 import torch
 from transformers import ViTForImageClassification
 
+from hf_vit_scaling.arguments import parse_args
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.models import MODEL_PRESETS, count_parameters, load_model_for_finetuning, preset_config
 from tests.helpers import save_tiny_pretrained_vit
@@ -47,3 +48,27 @@ def test_folder_without_config_is_rejected(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserInputError, match="no config.json"):
         load_model_for_finetuning(str(tmp_path / "empty"), LABELS)
+
+
+def test_config_overrides_change_the_preset_with_typed_values():
+    config = preset_config(
+        "vit-tiny-cpu", ["a", "b"], 28, 4, config_overrides="num_hidden_layers=6,intermediate_size=384"
+    )
+    assert (config.num_hidden_layers, config.intermediate_size, config.hidden_size) == (6, 384, 96)
+    assert count_parameters(ViTForImageClassification(config)) > count_parameters(
+        ViTForImageClassification(preset_config("vit-tiny-cpu", ["a", "b"], 28, 4))
+    )
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--config_overrides", "hidden_sise=128"], "hidden_sise isn't in the original config"),
+        (["--config_overrides", "hidden_size=100"], "heads do not divide"),
+        (["--config_overrides", "num_hidden_layers=six"], "--config_overrides"),
+        (["--config_overrides", "hidden_size=128", "--model_name_or_path", "x"], "only applies to --model_preset"),
+    ],
+)
+def test_bad_config_overrides_are_refused_before_anything_loads(tmp_path, argv, message):
+    with pytest.raises(UserInputError, match=message):
+        parse_args(["--output_dir", str(tmp_path), *argv])
