@@ -12,7 +12,8 @@
   layer id 0 for the embeddings, i + 1 for block i, L + 1 for everything after the blocks (final LayerNorm, head);
   lr = base x decay^(L + 1 - id). Handed to the Trainer's own `create_optimizer` (see
   `layer_decay_optimizer_cls_and_kwargs`), which DeepSpeed uses for every ZeRO stage when the ds_config has no
-  "optimizer" section.
+  "optimizer" section. `LayerDecayReport` writes the groups as the optimizer holds them when training starts
+  (output_dir/layer_decay_groups.json).
 """
 
 import contextlib
@@ -24,9 +25,12 @@ from safetensors.torch import load_file, save_file
 from transformers import TrainerCallback
 from transformers.models.vit.modeling_vit import ViTEmbeddings, ViTLayer
 
+from .checkpoints import write_json_atomically
+from .distributed import gather_object
 from .errors import UserInputError
 
 EMA_FILENAME = "ema.safetensors"
+LAYER_DECAY_FILENAME = "layer_decay_groups.json"
 
 
 def vit_blocks(model: torch.nn.Module) -> tuple[str | None, list[tuple[str, ViTLayer]]]:
@@ -255,3 +259,50 @@ def layer_decay_optimizer_cls_and_kwargs(trainer, model: torch.nn.Module, layer_
         trainer.get_decay_parameter_names(model),
     )
     return optimizer_cls, {**kwargs, "params": groups}
+
+
+class LayerDecayReport(TrainerCallback):
+    """Writes output_dir/layer_decay_groups.json when training starts: the optimizer's parameter groups, in its
+    order, each with its layer id, lr scale, weight decay, parameter names and the lr it holds for the run's first
+    step (the schedule's factor applied: with a warmup that lr is still small; `lr_scale` is the ratio to the base).
+
+    The lrs are read from the optimizer the Trainer steps, after DeepSpeed wrapped it (its ZeRO optimizer steps the
+    same groups), on every rank; `same_on_every_rank` says whether all ranks hold the same lrs. `record` (called
+    when the groups are built) keeps the parameter names: ZeRO replaces each group's parameters by flat partitions.
+    """
+
+    def __init__(self):
+        self.recorded: list[dict] | None = None
+
+    def record(self, model: torch.nn.Module, groups: list[dict]) -> None:
+        names = {id(p): name for name, p in model.named_parameters()}
+        self.recorded = [{"layer_id": g["layer_id"], "params": [names[id(p)] for p in g["params"]]} for g in groups]
+
+    def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
+        live = optimizer.param_groups
+        if self.recorded is None or [g.get("layer_id") for g in live] != [g["layer_id"] for g in self.recorded]:
+            raise RuntimeError("--layer_decay: the optimizer's parameter groups are not the ones built for it.")
+        lrs = [g["lr"] for g in live]
+        every_rank = gather_object(lrs)  # a collective: every rank runs on_train_begin
+        if not args.should_save:
+            return
+        chain, inner = [], optimizer
+        while inner is not None and len(chain) < 8:  # the wrappers around torch's optimizer, outermost first
+            chain.append(type(inner).__name__)
+            inner = getattr(inner, "optimizer", None)
+        groups = [
+            {"layer_id": g["layer_id"], "lr_scale": g["lr_scale"], "lr": g["lr"], "weight_decay": g["weight_decay"],
+             "params": rec["params"]}
+            for g, rec in zip(live, self.recorded)
+        ]  # fmt: skip
+        os.makedirs(args.output_dir, exist_ok=True)
+        write_json_atomically(
+            os.path.join(args.output_dir, LAYER_DECAY_FILENAME),
+            {
+                "step": state.global_step + 1,
+                "optimizer": chain,
+                "world_size": len(every_rank),
+                "same_on_every_rank": all(rank_lrs == lrs for rank_lrs in every_rank),
+                "groups": groups,
+            },
+        )

@@ -92,8 +92,8 @@ class RegularizationArguments:
         metadata={
             "help": "Layer-wise lr decay for fine-tuning (BEiT, Bao et al. 2022): a block's lr is lr x "
             "decay^(L + 1 - id), id 0 for the embeddings, i + 1 for block i, L + 1 for the head. ViT-B: "
-            "0.65-0.75. Needs the Trainer's optimizer (no 'optimizer'/'scheduler' in the ds_config). "
-            "(timm: --layer-decay)"
+            "0.65-0.75. Needs the Trainer's optimizer (no 'optimizer'/'scheduler' in the ds_config). The groups "
+            "and their lrs: output_dir/layer_decay_groups.json. (timm: --layer-decay)"
         },
     )
     eval_crop_pct: float | None = field(

@@ -11,7 +11,8 @@
   fails raises `CheckpointSaveError` naming the newest complete checkpoint;
 - `bad_samples`: images that could not be decoded and were left out of their batch (see `data.decoding`);
 - `trace_samples`: append each step's dataset indices to output_dir/sample_trace/rank{R}.jsonl.
-- `layer_decay`: BEiT's per-layer learning rates as the optimizer's parameter groups (every ZeRO stage);
+- `layer_decay`: BEiT's per-layer learning rates as the optimizer's parameter groups (every ZeRO stage), written to
+  output_dir/layer_decay_groups.json as the optimizer holds them when training starts;
 - `ema`: an `EMACallback`; evaluation adds `eval_ema_*`, each checkpoint holds `ema.safetensors` before it is marked.
 Injected faults (`faults.FaultInjector`) do nothing unless the environment asks for them.
 """
@@ -32,7 +33,7 @@ from .faults import FaultInjector
 from .hetero import UnevenBatchSampler, loss_weight
 from .log import logger
 from .model_card import write_model_card
-from .regularization import layer_decay_optimizer_cls_and_kwargs
+from .regularization import LayerDecayReport, layer_decay_optimizer_cls_and_kwargs
 from .sequence_parallel import shard_dataloader_by_data_parallel_rank
 
 TRACE_DIRNAME = "sample_trace"
@@ -110,6 +111,9 @@ class VitTrainer(Trainer):
         self.layer_decay, self.ema = layer_decay, ema
         if ema is not None:
             self.add_callback(ema)
+        self.layer_decay_report = LayerDecayReport() if layer_decay is not None else None
+        if self.layer_decay_report is not None:
+            self.add_callback(self.layer_decay_report)
         self.model_card_facts = model_card
         self.rank_batches = rank_batches
         self.sequence_parallel = sequence_parallel
@@ -233,6 +237,7 @@ class VitTrainer(Trainer):
         if self.layer_decay is not None and self.optimizer is None:  # BEiT's per-layer lrs, as parameter groups
             opt_model = self.model if model is None else model
             self.optimizer_cls_and_kwargs = layer_decay_optimizer_cls_and_kwargs(self, opt_model, self.layer_decay)
+            self.layer_decay_report.record(opt_model, self.optimizer_cls_and_kwargs[1]["params"])
         return super().create_optimizer(model)
 
     def evaluate(self, *args, metric_key_prefix: str = "eval", **kwargs):

@@ -1,5 +1,6 @@
 """Stochastic depth, the EMA callback and layer-wise lr decay, on a tiny ViT and a toy model."""
 
+import json
 import math
 from types import SimpleNamespace
 
@@ -10,8 +11,10 @@ from transformers import Trainer, TrainingArguments, ViTForImageClassification
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.regularization import (
     EMA_FILENAME,
+    LAYER_DECAY_FILENAME,
     DropPath,
     EMACallback,
+    LayerDecayReport,
     drop_path_rates,
     layer_decay_optimizer_cls_and_kwargs,
     layer_decay_param_groups,
@@ -231,3 +234,28 @@ def test_layer_decay_refuses_optimizers_that_build_their_own_groups(tiny_vit):
     )
     with pytest.raises(UserInputError, match="--optim lomo builds its own"):
         layer_decay_optimizer_cls_and_kwargs(fake, tiny_vit, 0.75)
+
+
+def test_layer_decay_report_writes_the_lrs_the_optimizer_holds_with_parameter_names(tiny_vit, tmp_path):
+    groups = layer_decay_param_groups(tiny_vit, 1e-3, 0.0, 0.5, [])
+    report = LayerDecayReport()
+    report.record(tiny_vit, groups)
+    optimizer = torch.optim.AdamW(groups)
+    for group in optimizer.param_groups:
+        group["lr"] *= 0.1  # what a schedule does before the first step (e.g. warmup)
+    args = SimpleNamespace(output_dir=str(tmp_path / "run"), should_save=True)
+    report.on_train_begin(args, SimpleNamespace(global_step=0), None, optimizer=optimizer)
+
+    written = json.loads((tmp_path / "run" / LAYER_DECAY_FILENAME).read_text(encoding="utf-8"))
+    assert written["step"] == 1 and written["optimizer"] == ["AdamW"] and written["world_size"] == 1
+    assert written["same_on_every_rank"]
+    assert [g["layer_id"] for g in written["groups"]] == [5, 4, 3, 2, 1, 0]
+    names = {id(p): n for n, p in tiny_vit.named_parameters()}
+    for group, live in zip(written["groups"], optimizer.param_groups):
+        assert group["params"] == [names[id(p)] for p in live["params"]]
+        assert group["lr"] == pytest.approx(1e-4 * 0.5 ** (5 - group["layer_id"]))
+        assert group["lr_scale"] == 0.5 ** (5 - group["layer_id"])
+
+    optimizer.param_groups.reverse()  # not the groups it recorded
+    with pytest.raises(RuntimeError, match="not the ones built for it"):
+        report.on_train_begin(args, SimpleNamespace(global_step=0), None, optimizer=optimizer)
