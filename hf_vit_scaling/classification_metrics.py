@@ -32,12 +32,22 @@ def accuracy(references, predictions) -> float:
 
 
 def top_k_accuracy(references, scores, k: int) -> float:
-    """Fraction of rows whose true class is among the k highest scores. A row counts as correct when fewer than k
-    classes score strictly higher than the true one (ties with the true class are resolved in its favour); with
-    distinct scores this is the usual top-k."""
+    """Fraction of rows whose true class is among the k highest scores.
+
+    Ties are ranked by class index, lowest first, as `argmax` breaks them: the true class's rank is the number of
+    classes scoring strictly higher plus the number scoring the same with a lower index, and the row counts when
+    that rank is below k. So top-1 equals the accuracy of the `argmax` predictions that `accuracy`, the confusion
+    matrix and per-class accuracy count, top-k never falls as k grows, and the same scores always give the same
+    value. Ties are common in practice: bf16 logits keep 8 significant bits, and a collapsed model scores every
+    class alike. Crediting ties to the true class instead would score such a model 100%; `np.argpartition`
+    breaks them in whatever order its selection algorithm leaves. E.g. scores [[1, 1, 0]]: label 0 is top-1,
+    label 1 is not (rank 1) but is top-2.
+    """
     y, s = _ints(references), np.asarray(scores, dtype=np.float64)
-    higher = (s > s[np.arange(len(y)), y][:, None]).sum(axis=1)
-    return float((higher < k).mean())
+    true_score = s[np.arange(len(y)), y][:, None]
+    before = np.arange(s.shape[1])[None, :] < y[:, None]
+    rank = (s > true_score).sum(axis=1) + ((s == true_score) & before).sum(axis=1)
+    return float((rank < k).mean())
 
 
 def per_class_accuracy(references, predictions, num_classes: int | None = None) -> np.ndarray:

@@ -1,12 +1,16 @@
-"""Top-1 / top-5 accuracy for the Trainer, computed locally (no `evaluate.load` download)."""
+"""Top-1 / top-5 accuracy for the Trainer with numpy alone: the light `compute_metrics` of
+`recipes/train_vit_minimal.py`. `recipes/train_vit.py` computes the same values, and more, through the shipped
+`evaluate` modules (`evaluation.make_module_compute_metrics`). Both use `classification_metrics.top_k_accuracy`, so
+both break ties in scores the same way (lowest class index first, as `argmax`)."""
 
 import numpy as np
 
+from .classification_metrics import top_k_accuracy
+
 
 def topk_accuracy(logits: np.ndarray, labels: np.ndarray, k: int) -> float:
-    """Fraction of rows whose label is among the k highest logits."""
-    topk = np.argpartition(-logits, kth=k - 1, axis=-1)[:, :k]
-    return float((topk == labels[:, None]).any(axis=-1).mean())
+    """Fraction of rows whose label is among the k highest logits (ties: see `classification_metrics`)."""
+    return top_k_accuracy(labels, logits, k)
 
 
 def make_compute_metrics(num_labels: int):

@@ -7,8 +7,8 @@
 3. `prepare_inputs(args, world, data, model, processor, model_desc)`: the input path (device or per-sample), the
    model's hooks in their one order (`model_hooks`), per-rank batches for heterogeneous clusters, the metrics and
    the model card's facts.
-4. `finish_run(trainer, train_result, args, world, data)`: save, evaluate, report skipped images, model card, push,
-   one done line.
+4. `finish_run(trainer, train_result, world, inputs)`: save, evaluate (metrics, and per class in
+   eval_confusion_matrix.json), report skipped images, model card, push, one done line.
 """
 
 import os
@@ -34,12 +34,12 @@ from .data import (
 )
 from .distributed import global_batch_size, is_main_process
 from .engine import Engine, engine_of, start_engine
+from .evaluation import make_module_compute_metrics, save_class_report
 from .flops import as_pair
 from .hetero import SlowRankSimulator, balanced_rank_batches
 from .imbalance import class_weighting_loss
 from .learning_rate import apply_lr_scaling
 from .log import logger, setup_logging
-from .metrics import make_compute_metrics
 from .model_hooks import attach_model_hooks
 from .models import (
     build_model_from_preset,
@@ -175,7 +175,7 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str) 
     rank_batches = balanced_rank_batches(args.cluster.balance_batches, model, splits["train"], collate, args.training)
     card = model_card_facts(args, world, data, model, model_desc)
     ema = EMACallback(reg.ema_decay, world.resume_from) if reg.ema_decay else None
-    metrics = make_compute_metrics(len(data.label_names))
+    metrics = make_module_compute_metrics(data.label_names)  # top-1, top-5, macro F1; per-class kept aside
     return TrainerInputs(splits, collate, metrics, card, rank_batches, loss, ema)
 
 
@@ -245,6 +245,9 @@ def finish_run(trainer, train_result, world: World, inputs: TrainerInputs) -> di
     eval_metrics["eval_samples"] = len(inputs.splits["validation"])
     trainer.log_metrics("eval", eval_metrics)
     trainer.save_metrics("eval", eval_metrics)
+    if trainer.is_world_process_zero():  # per-class accuracy and the confusion matrix: eval_confusion_matrix.json
+        for prefix, report in trainer.class_reports.items():
+            save_class_report(trainer.args.output_dir, prefix, report)
     skips = report_skips(trainer)
 
     trainer.write_model_card(eval_metrics)

@@ -14,6 +14,8 @@
 - `layer_decay`: BEiT's per-layer learning rates as the optimizer's parameter groups (every ZeRO stage), written to
   output_dir/layer_decay_groups.json as the optimizer holds them when training starts;
 - `ema`: an `EMACallback`; evaluation adds `eval_ema_*`, each checkpoint holds `ema.safetensors` before it is marked.
+- `class_reports`: the latest confusion matrix and per-class accuracy of each evaluation (`eval`, `eval_ema`), when
+  `compute_metrics` keeps them (`evaluation.ModuleComputeMetrics`); `run.finish_run` writes them.
 Injected faults (`faults.FaultInjector`) do nothing unless the environment asks for them.
 """
 
@@ -120,6 +122,7 @@ class VitTrainer(Trainer):
         self.nonfinite = NonFiniteLossPolicy(self, nonfinite_policy)
         self.trace_samples = trace_samples
         self.bad_samples: list[dict] = []  # {"split", "sample", "reason"} seen by this rank
+        self.class_reports: dict[str, dict] = {}  # metric prefix -> the latest evaluation's per-class results
         self._trace_file = None
         self.faults = FaultInjector(self.args.process_index)
         if self.faults:
@@ -242,10 +245,20 @@ class VitTrainer(Trainer):
 
     def evaluate(self, *args, metric_key_prefix: str = "eval", **kwargs):
         metrics = super().evaluate(*args, metric_key_prefix=metric_key_prefix, **kwargs)
+        self._file_class_report(metric_key_prefix)
         if self.ema is not None and self.ema.shadow is not None and metric_key_prefix == "eval":
             with self.ema.applied(self.model):
                 metrics.update(super().evaluate(*args, metric_key_prefix="eval_ema", **kwargs))
+            self._file_class_report("eval_ema")
         return metrics
+
+    def _file_class_report(self, prefix: str) -> None:
+        """Take the per-class results `compute_metrics` kept from the evaluation that just ran (taken, so a later
+        evaluation that computes no metrics cannot file them again under its own prefix)."""
+        report = getattr(self.compute_metrics, "latest", None)
+        if report is not None:
+            self.compute_metrics.latest = None
+            self.class_reports[prefix] = report
 
     # ------------------------------------------------------------------ checkpoints
 

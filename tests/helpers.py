@@ -4,6 +4,8 @@ processes through `run_recipe` / `run_script` / `run`."""
 
 import json
 import os
+import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -132,6 +134,33 @@ def save_tiny_pretrained_vit(path, num_labels=3):
 def read_json(path) -> dict:
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+# --------------------------------------------------------------------------- the recipe folders' READMEs
+
+RECIPE_FOLDERS = sorted(p for p in (REPO / "recipes").iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+BASH_BLOCK = re.compile(r"^```bash\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def readme_commands(readme) -> list[list[str]]:
+    """The commands of a README's ```bash blocks, split into words as the shell would: continuation lines joined,
+    comments dropped."""
+    commands = []
+    for block in BASH_BLOCK.findall(Path(readme).read_text(encoding="utf-8")):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words:
+                commands.append(words)
+    return commands
+
+
+def recipe_config_files(command: list[str]) -> list[str]:
+    """The arguments file of each `recipes/train_vit.py FILE` in a command (FILE: .yaml, .yml or .json)."""
+    return [
+        after
+        for word, after in zip(command, command[1:])
+        if word.endswith("recipes/train_vit.py") and after.endswith((".yaml", ".yml", ".json"))
+    ]
 
 
 # --------------------------------------------------------------------------- what a run printed and wrote

@@ -17,6 +17,7 @@ import pytest
 
 from tests.helpers import (
     DS_CONFIGS,
+    MIXED,
     RECIPE,
     REPO,
     TINY_ARGS,
@@ -24,6 +25,7 @@ from tests.helpers import (
     launch_env,
     launcher_cmd,
     logged_losses,
+    make_image_folder,
     printed_json,
     read_json,
     run,
@@ -392,3 +394,30 @@ def test_minimal_recipe_trains_with_zero2_on_two_processes(tmp_path):
     metrics = read_json(tmp_path / "eval_results.json")
     assert 0.0 <= metrics["eval_accuracy"] <= 1.0 and "eval_top5_accuracy" in metrics  # digits: 10 classes
     assert (tmp_path / "model.safetensors").is_file() and (tmp_path / "preprocessor_config.json").is_file()
+
+
+# --------------------------------------------------------------------------- 8. metrics through the evaluate modules
+
+CLASSES = ("ant", "bee", "cat", "dog", "eel", "fox", "gnu")  # more than 5: top5_accuracy is reported
+
+
+def test_two_processes_report_metrics_from_the_modules_and_the_confusion_matrix(tmp_path):
+    """An image folder of 7 classes, torchrun with 2 processes (each loads the shipped modules), EMA on: the metric
+    names of before plus macro F1, and per class in eval_confusion_matrix.json (eval_ema_* for the EMA weights)."""
+    out = tmp_path / "out"
+    train = make_image_folder(tmp_path / "train", classes=CLASSES)
+    val = make_image_folder(tmp_path / "val", classes=CLASSES)
+    ds_config = str(DS_CONFIGS / "zero2.json")
+    flags = ["--max_steps", "4", "--ema_decay", "0.9", "--eval_strategy", "no"]
+    proc = run_checked(out, "--train_dir", train, "--validation_dir", val, "--ds_config", ds_config, *flags,
+                       launcher="torchrun", nproc=2)  # fmt: skip
+    results = read_json(out / "all_results.json")
+    for prefix in ("eval", "eval_ema"):
+        assert {f"{prefix}_accuracy", f"{prefix}_top5_accuracy", f"{prefix}_macro_f1"} <= set(results)
+        report = read_json(out / f"{prefix}_confusion_matrix.json")
+        assert report["labels"] == list(CLASSES) and report["images_per_class"] == [len(MIXED)] * len(CLASSES)
+        matrix = report["confusion_matrix"]
+        assert sum(map(sum, matrix)) == results["eval_samples"] == len(MIXED) * len(CLASSES)
+        correct = sum(matrix[i][i] for i in range(len(CLASSES)))
+        assert correct / results["eval_samples"] == results[f"{prefix}_accuracy"]
+    assert "eval_macro_f1" in proc.stdout  # log_metrics prints it with the others

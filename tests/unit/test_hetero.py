@@ -1,6 +1,6 @@
 """Heterogeneous ranks: per-rank batch shares, the loss weights that keep the global mean, the uneven batch
-sampler. The launched runs (equal gradients with uneven batches, the flags in --help) are in
-tests/launched/test_hetero_launched.py."""
+sampler. The launched runs (equal gradients with uneven batches) are in tests/launched/test_hetero_launched.py, the
+flags in --help in tests/launched/test_recipe_commands.py."""
 
 from collections import Counter
 

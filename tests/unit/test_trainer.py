@@ -1,18 +1,22 @@
 """`VitTrainer` pieces in one process (world size 1, no launcher): the bookkeeping fields the collator adds never
 reach the model and are recorded (bad samples, the sample trace), the per-rank loss weight, the non-finite loss
-policies, and our model card on push. Their multi-process behaviour is in tests/launched/."""
+policies, our model card on push, and the per-class results each evaluation files. Their multi-process behaviour
+is in tests/launched/."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
 from transformers import TrainingArguments, ViTForImageClassification
 
 from hf_vit_scaling.errors import NonFiniteLossError
+from hf_vit_scaling.evaluation import make_module_compute_metrics
 from hf_vit_scaling.faults import FAULTS_ENV
 from hf_vit_scaling.hetero import loss_weight
 from hf_vit_scaling.log import setup_logging
 from hf_vit_scaling.model_card import render_model_card
+from hf_vit_scaling.regularization import EMACallback
 from hf_vit_scaling.trainer import TRACE_DIRNAME, VitTrainer
 from tests.helpers import tiny_vit_config
 
@@ -109,3 +113,18 @@ def test_push_writes_our_model_card(make_trainer, tmp_path):
     card.unlink()
     trainer.create_model_card()  # what push_to_hub calls: the same card, with the same metrics
     assert card.read_text(encoding="utf-8") == expected
+
+
+def test_evaluation_files_the_per_class_results_under_each_metric_prefix(make_trainer):
+    ema = EMACallback(0.9)
+    trainer = make_trainer(compute_metrics=make_module_compute_metrics(["a", "b", "c"]), ema=ema)
+    ema.on_train_begin(None, SimpleNamespace(global_step=0), None, model=trainer.model)
+    torch.manual_seed(1)
+    images = [{"pixel_values": torch.randn(3, 8, 8), "labels": torch.tensor(i % 3)} for i in range(12)]
+    metrics = trainer.evaluate(eval_dataset=images)
+    assert {"eval_accuracy", "eval_macro_f1", "eval_ema_accuracy", "eval_ema_macro_f1"} <= set(metrics)
+    assert set(trainer.class_reports) == {"eval", "eval_ema"} and trainer.compute_metrics.latest is None
+    for prefix, report in trainer.class_reports.items():
+        assert sum(report["images_per_class"]) == 12 and report["images_per_class"] == [4, 4, 4]
+        correct = sum(report["confusion_matrix"][i][i] for i in range(3))
+        assert metrics[f"{prefix}_accuracy"] == correct / 12
