@@ -5,7 +5,7 @@ the device side then costs per image.
     python benchmarks/host_path_regularization.py --output benchmarks/results/host_path_regularization.json
 
 Setup: synthetic RGB images stored PNG-encoded in a `datasets` Image column (as a Hub or save_to_disk dataset holds
-them), 8,192 at 32 px (batch 256) and 512 at 224 px (batch 32); one process, one thread (`torch.set_num_threads(1)`,
+them), 32,768 at 32 px (batch 256) and 1,024 at 224 px (batch 32); one process, one thread (`torch.set_num_threads(1)`,
 so figures are per core). The two flag sets are parsed by the recipe's own `parse_args`:
   off: --random_resized_crop false --horizontal_flip false (and no regularization flag);
   on:  --random_resized_crop true --horizontal_flip true --mixup_alpha 0.8 --cutmix_alpha 1.0
@@ -114,7 +114,7 @@ def measure(size: int, count: int, batch: int, repeats: int, workdir: str) -> di
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=5, help="Timed passes per flag set (median reported).")
+    parser.add_argument("--repeats", type=int, default=9, help="Timed passes per flag set (median reported).")
     parser.add_argument("--output", default=None, help="Write the result as JSON here.")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -131,7 +131,7 @@ def main():
         "rows": [],
     }
     with tempfile.TemporaryDirectory() as workdir:
-        for size, count, batch in ((32, 8192, 256), (224, 512, 32)):
+        for size, count, batch in ((32, 32768, 256), (224, 1024, 32)):
             row = measure(size, count, batch, args.repeats, workdir)
             result["rows"].append(row)
             host = f"host images/s off {row['host_images_per_s_off']:.1f} on {row['host_images_per_s_on']:.1f}"

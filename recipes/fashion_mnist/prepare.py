@@ -3,7 +3,7 @@
 
     apt-get install -y dataset-fashion-mnist      # Debian/Ubuntu: the four IDX files, no network at training time
     python recipes/fashion_mnist/prepare.py --output_dir data/fashion_mnist
-    python recipes/train_vit.py recipes/fashion_mnist/config_plain.yaml
+    python recipes/train_vit.py recipes/fashion_mnist/config_light_5k.yaml
 
 The folder holds a `DatasetDict` with "train" (60,000 images) and "test" (10,000; the recipe evaluates on it), an
 `image` column (28 x 28 grayscale PIL images, mode L) and a `label` ClassLabel with the ten class names as the Hub
