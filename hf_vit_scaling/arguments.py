@@ -13,6 +13,7 @@ import yaml
 from transformers import HfArgumentParser, TrainingArguments
 
 from .checkpoints import LATEST
+from .data.streaming import StreamingArguments, check_streaming
 from .deepspeed_config import check_ds_config_against_flags, load_ds_config, zero_stage
 from .distributed import ensure_single_process_env
 from .errors import UserInputError
@@ -349,6 +350,7 @@ class RecipeArguments:
     report: ReportArguments
     reliability: ReliabilityArguments
     regularization: RegularizationArguments
+    streaming: StreamingArguments
     training: TrainingArguments
 
 
@@ -361,6 +363,7 @@ ALL_ARGUMENT_CLASSES = (
     ReportArguments,
     ReliabilityArguments,
     RegularizationArguments,
+    StreamingArguments,
     TrainingArguments,
 )
 
@@ -550,6 +553,7 @@ def validate_args(args: RecipeArguments) -> None:
         args.regularization, ds.config if ds is not None else None, args.engine.sequence_parallel_size
     )
     check_class_weighting(args)
+    check_streaming(args)
     preset = args.model.preset
     check_sequence_parallel(
         args.engine.sequence_parallel_size,

@@ -32,6 +32,7 @@ from .data import (
     collate_uint8_batch,
     with_sample_index,
 )
+from .data.streaming import attach_streaming_transforms, is_streaming, split_size
 from .distributed import global_batch_size, is_main_process
 from .engine import Engine, engine_of, start_engine
 from .evaluation import make_module_compute_metrics, save_class_report
@@ -82,6 +83,8 @@ def prepare_world(args) -> World:
     training = args.training
     setup_logging(training.get_process_log_level())
     training.remove_unused_columns = False  # images become `pixel_values` in a transform: raw columns must reach it
+    if args.streaming.streaming:
+        training.ignore_data_skip = True  # a stream resumes from the data position in the checkpoint, not by skipping
     if training.device.type == "cpu":
         training.dataloader_pin_memory = False  # pinning needs an accelerator
     sp_size = args.engine.sequence_parallel_size
@@ -164,9 +167,12 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str) 
     smoothing = args.training.label_smoothing_factor  # applied by the augmenter's loss, before mixing
     augmenter = BatchAugmenter.from_arguments(reg, len(data.label_names), mean, std, smoothing)
     loss = training_loss(args, data, augmenter)
-    splits, collate, preprocessor = attach_input_transforms(data, args.data, size, mean, std)
+    if is_streaming(data):  # batches are made in the stream; its items already carry their sample ids
+        splits, collate, preprocessor = attach_streaming_transforms(data, args, size, mean, std, world.resume_from)
+    else:
+        splits, collate, preprocessor = attach_input_transforms(data, args.data, size, mean, std)
+        splits = with_sample_index(splits)  # batches say which rows they hold (skipped images, --trace_samples)
     check_regularization(reg, input_path="device" if preprocessor is not None else "per_sample")
-    splits = with_sample_index(splits)  # batches say which rows they hold (skipped images, --trace_samples)
     factor = args.cluster.slow_ranks.get(args.training.process_index, 1.0)
     slow_rank = SlowRankSimulator(factor) if factor > 1.0 else None  # labelled in every report
     eval_crop = EvalCenterCrop(size, reg.eval_crop_pct) if reg.eval_crop_pct else None
@@ -236,7 +242,9 @@ def finish_run(trainer, train_result, world: World, inputs: TrainerInputs) -> di
     if trainer.ema is not None:  # the EMA weights as a second plain model beside the trained one
         with trainer.ema.applied(trainer.model):
             trainer.save_model(os.path.join(trainer.args.output_dir, "ema"))
-    train_metrics = dict(train_result.metrics, train_samples=len(inputs.splits["train"]))
+    train_metrics = dict(train_result.metrics)
+    if split_size(inputs.splits["train"]) is not None:  # a stream's size is known from a manifest only
+        train_metrics["train_samples"] = split_size(inputs.splits["train"])
     trainer.log_metrics("train", train_metrics)
     trainer.save_metrics("train", train_metrics)
     trainer.save_state()

@@ -11,6 +11,8 @@
   fails raises `CheckpointSaveError` naming the newest complete checkpoint;
 - `bad_samples`: images that could not be decoded and were left out of their batch (see `data.decoding`);
 - `trace_samples`: append each step's dataset indices to output_dir/sample_trace/rank{R}.jsonl.
+- a streamed training split (`data.streaming`): its own loader, and each checkpoint holds the data position of
+  every rank (`data_position/rank{R}.json`) before it is marked complete;
 - `layer_decay`: BEiT's per-layer learning rates as the optimizer's parameter groups (every ZeRO stage), written to
   output_dir/layer_decay_groups.json as the optimizer holds them when training starts;
 - `ema`: an `EMACallback`; evaluation adds `eval_ema_*`, each checkpoint holds `ema.safetensors` before it is marked.
@@ -28,6 +30,7 @@ from transformers import Trainer
 from transformers.trainer_utils import rotate_checkpoints
 
 from .checkpoints import mark_checkpoint_complete, newest_complete_checkpoint
+from .data.streaming import StreamingTrainData
 from .deepspeed_config import zero_stage
 from .distributed import gather_object, is_multi_process
 from .errors import CheckpointSaveError, NonFiniteLossError
@@ -124,6 +127,7 @@ class VitTrainer(Trainer):
         self.bad_samples: list[dict] = []  # {"split", "sample", "reason"} seen by this rank
         self.class_reports: dict[str, dict] = {}  # metric prefix -> the latest evaluation's per-class results
         self._trace_file = None
+        self.stream_position = None  # --streaming: the data position after the last batch trained
         self.faults = FaultInjector(self.args.process_index)
         if self.faults:
             self.add_callback(self.faults)
@@ -158,6 +162,8 @@ class VitTrainer(Trainer):
     # ------------------------------------------------------------------ batches per rank
 
     def get_train_dataloader(self):
+        if isinstance(self.train_dataset, StreamingTrainData):  # batches made in the stream, one rank's shards
+            return self.train_dataset.loader(self.args)
         if self.sequence_parallel is not None:
             sp = self.sequence_parallel
             return shard_dataloader_by_data_parallel_rank(super().get_train_dataloader(), sp.dp_size, sp.dp_rank)
@@ -196,12 +202,15 @@ class VitTrainer(Trainer):
         """Remove the fields the collator adds for us (the model must not see them) and record them."""
         indices = inputs.pop("sample_index", None)
         bad = inputs.pop("bad_samples", None) or []
+        position = inputs.pop("stream_position", None)
         split = "train" if training else "eval"
         self.bad_samples.extend({"split": split, **b} for b in bad)
+        if training and position is not None:
+            self.stream_position = position
         if training and self.trace_samples and indices is not None:
-            self._trace(indices)
+            self._trace(indices, {"pass": position["pass"]} if position is not None else {})
 
-    def _trace(self, indices) -> None:
+    def _trace(self, indices, extra: dict) -> None:
         if self._trace_file is None:
             folder = os.path.join(self.args.output_dir, TRACE_DIRNAME)
             os.makedirs(folder, exist_ok=True)
@@ -209,7 +218,7 @@ class VitTrainer(Trainer):
             self._trace_file = open(
                 os.path.join(folder, f"rank{self.args.process_index}.jsonl"), "a", encoding="utf-8"
             )
-        record = {"step": self.state.global_step + 1, "indices": [int(i) for i in indices.tolist()]}
+        record = {"step": self.state.global_step + 1, "indices": [int(i) for i in indices.tolist()], **extra}
         self._trace_file.write(json.dumps(record) + "\n")
         self._trace_file.flush()  # in the page cache: survives a SIGKILL of this process
 
@@ -271,6 +280,8 @@ class VitTrainer(Trainer):
                 super()._save_checkpoint(model, trial)
             if self.ema is not None and self.args.should_save:
                 self.ema.save_state(folder)  # before the checkpoint is marked complete, so the marker lists it
+            if isinstance(self.train_dataset, StreamingTrainData):  # every rank, before the marker (as above)
+                self.train_dataset.save_position(folder, self.stream_position)
         except Exception as err:  # any failure part-way: disk full, quota, I/O error, a killed writer
             newest, _ = newest_complete_checkpoint(run_dir)
             raise CheckpointSaveError(

@@ -60,7 +60,8 @@ def main(argv=None) -> int:
 
         # Data and model (the same seed gives the same initial weights)
         set_seed(training.seed)
-        data = load_image_classification_data(args.data, seed=training.seed, cache_dir=args.model.cache_dir)
+        data = load_image_classification_data(args.data, seed=training.seed, cache_dir=args.model.cache_dir,
+                                              streaming=args.streaming)  # fmt: skip
         model, processor, model_desc = build_model(args.model, data.label_names)
         inputs = prepare_inputs(args, world, data, model, processor, model_desc)
 

@@ -99,6 +99,33 @@ def make_saved_dataset(
     return Path(path)
 
 
+def make_uint8_shards(root, shards=16, rows=64, *, size=16, channels=3, classes=("a", "b", "c"), eval_rows=32,
+                      seed=0) -> Path:  # fmt: skip
+    """uint8 Parquet shards as the prepare step writes them, at `root` (returned):
+    <root>/<split>/<split>-NNNNN-of-MMMMM.parquet (columns image: raw row-major size x size x channels bytes,
+    label: int64) for "train" (`shards` x `rows`) and "validation" (one shard of `eval_rows`), and
+    <root>/manifest.json (size, channels, class_names, splits with {file, rows} per shard). Training row i (in shard
+    order) has label i % len(classes) and random pixels."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root, rng = Path(root), np.random.default_rng(seed)
+    manifest = {"size": size, "channels": channels, "class_names": list(classes), "splits": {}}
+    for split, n_shards, n_rows in (("train", shards, rows), ("validation", 1, eval_rows)):
+        (root / split).mkdir(parents=True, exist_ok=True)
+        manifest["splits"][split] = []
+        for s in range(n_shards):
+            name = f"{split}-{s:05d}-of-{n_shards:05d}.parquet"
+            pixels = rng.integers(0, 256, size=(n_rows, size * size * channels), dtype=np.uint8)
+            labels = [(s * n_rows + i) % len(classes) for i in range(n_rows)]
+            table = pa.table({"image": pa.array([p.tobytes() for p in pixels], pa.binary()),
+                              "label": pa.array(labels, pa.int64())})  # fmt: skip
+            pq.write_table(table, root / split / name, row_group_size=max(1, n_rows // 2))
+            manifest["splits"][split].append({"file": name, "rows": n_rows})
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return root
+
+
 def scan(seed: int, size: int = 160) -> Image.Image:
     """A smooth, MRI-like test image: a bright ring (skull) around random low-frequency blobs."""
     rng = np.random.default_rng(seed)

@@ -1,6 +1,6 @@
 """Image-classification data: where images come from (`sources`), decoding that survives bad files (`decoding`),
 and the two input paths: per-sample transforms on the host (`host_transforms`), uint8 batches transformed on the
-device (`device_transforms`)."""
+device (`device_transforms`); a training split read as a stream, each rank its own shards (`streaming`)."""
 
 from .decoding import find_bad_images, stack_batch, with_sample_index
 from .device_transforms import DevicePreprocessor, attach_uint8_transforms, choose_input_path, collate_uint8_batch

@@ -81,7 +81,13 @@ def attach_transforms(data, size: int, mean, std, data_args) -> DatasetDict:
 
     def to_pixels(train: bool) -> ImageTransform:
         return ImageTransform(
-            size, mean, std, train, data_args.crops_at(size), data_args.crop_scale_min, data_args.flips_at(size),
+            size,
+            mean,
+            std,
+            train,
+            data_args.crops_at(size),
+            data_args.crop_scale_min,
+            data_args.flips_at(size),
             data_args.random_crop_padding,
         )
 

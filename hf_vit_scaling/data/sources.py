@@ -2,8 +2,8 @@
 
 Every source ends as an `ImageClassificationData`: a `DatasetDict` with "train" and "validation" splits, an image
 column (kept encoded: see `decoding`) and an integer label column, checked before training starts.
-`load_image_classification_data` picks the source from the arguments; a further kind of source (streamed shards)
-is one more branch in `load_splits`.
+`load_image_classification_data` picks the source from the arguments; a further kind of source is one more branch
+in `load_splits`. With --streaming it returns a training stream instead (`streaming`).
 """
 
 import glob
@@ -171,8 +171,15 @@ def load_splits(data_args, cache_dir: str | None = None) -> tuple[DatasetDict, s
     return builtin_digits(), BUILTIN_DATASET
 
 
-def load_image_classification_data(data_args, seed: int = 42, cache_dir: str | None = None) -> ImageClassificationData:
-    """Load, check and split the data the arguments name."""
+def load_image_classification_data(
+    data_args, seed: int = 42, cache_dir: str | None = None, streaming=None
+) -> ImageClassificationData:
+    """Load, check and split the data the arguments name. `streaming` (StreamingArguments) with --streaming: this
+    rank's training stream and the evaluation rows instead (`streaming.StreamingData`)."""
+    if streaming is not None and streaming.streaming:
+        from .streaming import load_streaming_data  # it builds on this module
+
+        return load_streaming_data(data_args, streaming, seed, cache_dir)
     splits, source = load_splits(data_args, cache_dir)
     if "train" not in splits:
         raise UserInputError(f"Dataset {source!r} has no 'train' split (splits: {', '.join(splits)}).")
