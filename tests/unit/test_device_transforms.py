@@ -63,14 +63,14 @@ def test_crop_boxes_respect_scale_and_stay_inside():
     assert ((cx.abs() + w) <= 1 + 1e-6).all() and ((cy.abs() + h) <= 1 + 1e-6).all()
 
 
-def test_auto_picks_device_for_one_size_and_per_sample_for_mixed(tmp_path):
+def test_auto_picks_device_for_one_size_and_host_crop_for_mixed(tmp_path):
     digits = load_image_classification_data(DataArguments(max_train_samples=64, max_eval_samples=16))
     assert choose_input_path(digits, "auto") == "device"
     make_image_folder(tmp_path / "train", MIXED)
     mixed = load_image_classification_data(DataArguments(train_dir=str(tmp_path / "train"), train_val_split=0.25))
-    assert choose_input_path(mixed, "auto") == "per_sample"
+    assert choose_input_path(mixed, "auto") == "host_crop"
     assert choose_input_path(mixed, "device") == "device"  # the user's choice stands...
-    with pytest.raises(UserInputError, match="--input_path per_sample"):  # ...and fails clearly at collate time
+    with pytest.raises(UserInputError, match="--input_path host_crop"):  # ...and fails clearly at collate time
         collate_uint8_batch(
             [
                 {"pixel_values": torch.zeros(3, 4, 4, dtype=torch.uint8), "labels": 0},
