@@ -7,6 +7,7 @@ the data order of resumed runs (`--trace_samples`).
 """
 
 import io
+import warnings
 
 import numpy as np
 import torch
@@ -175,8 +176,11 @@ def decode_raw(value, shape: tuple[int, int, int]) -> tuple[torch.Tensor | None,
     tensor, None); grayscale is repeated to 3 channels. (None, why) when the byte count does not match the shape."""
     height, width, channels = shape
     if len(value) != height * width * channels:
-        return None, f"ValueError: {len(value)} bytes, expected {height}x{width}x{channels} = {height * width * channels}"
-    pixels = torch.frombuffer(bytearray(value), dtype=torch.uint8).view(height, width, channels).permute(2, 0, 1)
+        expected = height * width * channels
+        return None, f"ValueError: {len(value)} bytes, expected {height}x{width}x{channels} = {expected}"
+    with warnings.catch_warnings():  # read-only bytes: torch warns, but the tensor is only read (stacked)
+        warnings.simplefilter("ignore", UserWarning)
+        pixels = torch.frombuffer(value, dtype=torch.uint8).view(height, width, channels).permute(2, 0, 1)
     return (pixels.expand(3, height, width) if channels == 1 else pixels), None
 
 
@@ -220,12 +224,12 @@ def set_pixel_transforms(data, to_pixels) -> DatasetDict:
     return data.splits
 
 
-def stack_batch(examples: list[dict]) -> dict:
-    """Stack a batch's `pixel_values` and `labels`; images that could not be decoded are left out (and listed under
-    `bad_samples`), the rows kept are listed under `sample_index`."""
+def stack_batch(examples: list[dict], stack=torch.stack) -> dict:
+    """Stack a batch's `pixel_values` (with `stack`) and `labels`; images that could not be decoded are left out (and
+    listed under `bad_samples`), the rows kept are listed under `sample_index`."""
     good, extra = drop_bad_examples(examples)
     return {
-        "pixel_values": torch.stack([e["pixel_values"] for e in good]),
+        "pixel_values": stack([e["pixel_values"] for e in good]),
         "labels": torch.tensor([e["labels"] for e in good], dtype=torch.long),
         **extra,
     }

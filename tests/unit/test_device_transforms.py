@@ -77,3 +77,13 @@ def test_auto_picks_device_for_one_size_and_host_crop_for_mixed(tmp_path):
                 {"pixel_values": torch.zeros(3, 5, 4, dtype=torch.uint8), "labels": 1},
             ]
         )
+
+
+def test_uint8_batches_of_hwc_views_stack_without_transposing_and_preprocess_the_same():
+    images = [pil_to_uint8_tensor(img) for img in _images(4, side=10)]  # views of H x W x 3 arrays
+    batch = collate_uint8_batch([{"pixel_values": p, "labels": 0} for p in images])["pixel_values"]
+    assert batch.shape == (4, 3, 10, 10) and batch.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(batch, torch.stack(images))
+    prep = DevicePreprocessor(16, MEAN, STD)
+    out = prep(batch, train=False)
+    assert out.is_contiguous() and torch.equal(out, prep(torch.stack(images).contiguous(), train=False))
