@@ -21,7 +21,6 @@ Parallel: the shards are the tasks of a process pool (fork on Linux, so the work
 memory-mapped Arrow tables; spawn elsewhere, each worker loading the source once).
 """
 
-import glob
 import json
 import multiprocessing
 import os
@@ -151,7 +150,8 @@ def write_shard(source: Source, out_dir: str, task: dict, size: int, channels: i
             try:
                 images.append(square_pixels(value, size, channels))
             except _DECODE_ERRORS as err:
-                skipped.append({"split": split, "source_index_or_path": where, "reason": f"{type(err).__name__}: {err}"})
+                reason = f"{type(err).__name__}: {err}"
+                skipped.append({"split": split, "source_index_or_path": where, "reason": reason})
                 continue
             labels.append(int(label))
             counts[label] += 1
@@ -246,8 +246,10 @@ def prepare_shards(
     check_settings(output_dir, settings)
     if os.path.exists(os.path.join(output_dir, MANIFEST)):
         os.remove(os.path.join(output_dir, MANIFEST))  # complete again only when this run ends
-    for stray in glob.glob(os.path.join(output_dir, "**", "*.tmp-*"), recursive=True):
-        os.remove(stray)  # a killed run's unfinished shard
+    for folder, _, files in os.walk(output_dir):  # (glob's ** skips the hidden .progress/)
+        for name in files:
+            if ".tmp-" in name:
+                os.remove(os.path.join(folder, name))  # a killed run's unfinished shard or record
 
     tasks = plan_tasks(source, shard_rows, shuffle_seed)
     logger.info(f"Preparing {len(tasks)} shard(s) of {source.name!r} at {size}x{size}x{resolved_channels} into "

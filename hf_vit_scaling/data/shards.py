@@ -86,12 +86,11 @@ def raw_shape(manifest: dict) -> tuple[int, int, int]:
 
 
 def load_prepared(path: str, cache_dir: str | None = None):
-    """(DatasetDict with columns image (raw bytes) and label (ClassLabel with the manifest's class names), manifest)."""
+    """(DatasetDict with columns image (raw bytes) and label (ClassLabel of the manifest's class names), manifest)."""
     from datasets import ClassLabel, Features, Value, load_dataset
 
     manifest = read_manifest(path)
-    files = {
-        split: [os.path.join(path, s["file"]) for s in shards] for split, shards in manifest["splits"].items() if shards
-    }
+    splits = manifest["splits"]
+    files = {split: [os.path.join(path, s["file"]) for s in shards] for split, shards in splits.items() if shards}
     features = Features({"image": Value("binary"), "label": ClassLabel(names=manifest["class_names"])})
     return load_dataset("parquet", data_files=files, features=features, cache_dir=cache_dir), manifest

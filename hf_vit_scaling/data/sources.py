@@ -195,6 +195,11 @@ def load_image_classification_data(data_args, seed: int = 42, cache_dir: str | N
     if len(splits["train"]) == 0 or len(splits["validation"]) == 0:
         raise UserInputError(f"Dataset {source!r} gives an empty train or validation split. Fix: add images.")
     return ImageClassificationData(
-        splits, image_column, label_column, label_names_of(splits, label_column), source, data_args.on_bad_image,
+        splits,
+        image_column,
+        label_column,
+        label_names_of(splits, label_column),
+        source,
+        data_args.on_bad_image,
         prepared,
     )
