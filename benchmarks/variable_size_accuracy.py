@@ -49,7 +49,7 @@ def make_data(source: str, work: str, n_train: int, n_test: int) -> tuple[str, s
     if os.path.isdir(train_dir) and os.path.isdir(test_dir):
         return train_dir, test_dir  # written by an earlier run with the same work_dir
     data = load_from_disk(source)
-    names = data["train"].features["label"].names
+    names = [name.replace("/", "or") for name in data["train"].features["label"].names]  # "T - shirt / top": a path
     rng = np.random.default_rng(0)
     write_jpegs(data["train"].shuffle(seed=0).select(range(n_train)), train_dir, names, rng)
     write_jpegs(data["test"].select(range(min(n_test, len(data["test"])))), test_dir, names, rng)

@@ -44,11 +44,12 @@ def collate_uint8_batch(examples: list[dict]) -> dict:
 
 def stack_uint8(pixels: list[torch.Tensor]) -> torch.Tensor:
     """Stack (3, H, W) uint8 images into (B, 3, H, W). Images that are views of H x W x 3 arrays (decoded images,
-    prepared shards' rows) are stacked as they lie and the batch is returned channels-last: the same shape and
-    values, one plain copy instead of a transposing one per image (the host's largest cost for prepared shards).
-    `DevicePreprocessor` returns a contiguous batch whatever the layout it receives."""
-    if all(p.permute(1, 2, 0).is_contiguous() for p in pixels):
-        return torch.stack([p.permute(1, 2, 0) for p in pixels]).permute(0, 3, 1, 2)
+    prepared shards' rows, windows of them) are stacked as they lie and the batch is returned channels-last: the same
+    shape and values, row copies instead of a transposing copy per image (the host's largest cost for prepared
+    shards). `DevicePreprocessor` returns a contiguous batch whatever the layout it receives."""
+    hwc = [p.permute(1, 2, 0) for p in pixels]
+    if all(q.stride(2) == 1 and q.stride(1) == 3 for q in hwc):  # each pixel's 3 bytes together, pixels in a row
+        return torch.stack(hwc).permute(0, 3, 1, 2)
     return torch.stack(pixels)
 
 

@@ -87,3 +87,6 @@ def test_uint8_batches_of_hwc_views_stack_without_transposing_and_preprocess_the
     prep = DevicePreprocessor(16, MEAN, STD)
     out = prep(batch, train=False)
     assert out.is_contiguous() and torch.equal(out, prep(torch.stack(images).contiguous(), train=False))
+    window = [p[:, 2:8, 1:9] for p in images]  # windows of those arrays (a host-side crop) stack the same way
+    stacked = collate_uint8_batch([{"pixel_values": p, "labels": 0} for p in window])["pixel_values"]
+    assert stacked.is_contiguous(memory_format=torch.channels_last) and torch.equal(stacked, torch.stack(window))
