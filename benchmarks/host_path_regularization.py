@@ -94,7 +94,7 @@ def measure(size: int, count: int, batch: int, repeats: int, workdir: str) -> di
         args = recipe_arguments(flags, os.path.join(workdir, name))
         smoothing = args.training.label_smoothing_factor
         augmenter = BatchAugmenter.from_arguments(args.regularization, 10, MEAN, STD, smoothing)
-        splits, collate, preprocessor = attach_input_transforms(data, args.data, size, MEAN, STD)
+        splits, collate, preprocessor, _ = attach_input_transforms(data, args.data, size, MEAN, STD)
         loader = DataLoader(splits["train"], batch_size=batch, collate_fn=collate, num_workers=0)
         sides[name] = {"loader": loader, "preprocessor": preprocessor, "augmenter": augmenter, "host": [], "dev": []}
     for rep in range(repeats + 1):  # pass 0 of each side is the warm-up

@@ -177,9 +177,11 @@ class DataArguments:
         metadata={
             "help": "device: uint8 batches to the device, resize/augment/normalise there, batched (fast; "
             "one image size "
-            "per batch). per_sample: resize and augment each image on the CPU (any sizes). auto: device when the "
-            "images share one size.",
-            "choices": ["auto", "device", "per_sample"],
+            "per batch). host_crop: for variable-size images, uint8 crops at the model's size cut on the CPU (JPEGs "
+            "decoded at reduced size where the crop allows), flip/normalise on the device. per_sample: resize and "
+            "augment each image on the CPU in float (the reference path). auto: device for prepared shards and "
+            "images of one size, else host_crop; the choice is logged.",
+            "choices": ["auto", "device", "host_crop", "per_sample"],
         },
     )
     on_bad_image: str = field(

@@ -8,6 +8,9 @@
   the rest of the forward pass yields a NaN loss as an overflow would.
 - `save_fail@N`: while checkpoint-N is written, the process's file-size limit (RLIMIT_FSIZE) drops to 4 KiB, so the
   kernel refuses the larger writes part-way (EFBIG), as a full disk would (ENOSPC).
+- `prepare_sigkill@N`: the prepare step (recipes/prepare_shards.py) SIGKILLs its process group (itself and its
+  pool's workers, mid-shard, as a scheduler's kill does) once N shards are complete; its own process group only
+  when it leads one (else itself only).
 Faults fire in a job's first attempt only: after torchrun restarts the workers (TORCHELASTIC_RESTART_COUNT > 0)
 the job runs clean, as a real transient fault would leave it. Unset (the default), nothing here runs.
 """
@@ -23,7 +26,7 @@ from transformers import TrainerCallback
 from .errors import UserInputError
 
 FAULTS_ENV = "HF_VIT_SCALING_FAULTS"
-KINDS = ("sigkill", "nan", "save_fail")
+KINDS = ("sigkill", "nan", "save_fail", "prepare_sigkill")
 SAVE_FAIL_LIMIT_BYTES = 4096
 
 
@@ -56,6 +59,15 @@ def faults_from_env() -> list[Fault]:
     if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
         return []
     return parse_faults(os.environ.get(FAULTS_ENV))
+
+
+def prepare_fault(shards_done: int, faults: list[Fault] | None = None) -> None:
+    """`prepare_sigkill@N`: kill the prepare step's process group once `shards_done` reaches N."""
+    faults = faults_from_env() if faults is None else faults
+    if any(f.hits("prepare_sigkill", shards_done, 0) for f in faults):
+        if os.getpgid(0) == os.getpid():
+            os.killpg(0, signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class FaultInjector(TrainerCallback):

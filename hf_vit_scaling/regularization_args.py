@@ -151,8 +151,9 @@ def check_regularization(
     input_path: str | None = None,
     resume_from: str | None = None,
 ) -> None:
-    """Refuse combinations that cannot work, before any expensive work. `input_path`: the resolved one ("device" or
-    "per_sample"; None: not known yet, not checked). `resume_from`: the checkpoint folder training resumes from."""
+    """Refuse combinations that cannot work, before any expensive work. `input_path`: the resolved one ("device",
+    "host_crop" or "per_sample"; None: not known yet, not checked). `resume_from`: the checkpoint folder training
+    resumes from."""
     if args.ema_decay is not None and zero_stage(ds_config) == 3:
         raise UserInputError(
             "--ema_decay works with plain DDP and ZeRO 0-2; ZeRO-3 keeps only a shard of each "
@@ -190,7 +191,7 @@ def check_regularization(
             )
     if args.eval_crop_pct is not None and input_path == "per_sample":
         raise UserInputError(
-            "--eval_crop_pct runs on the device input path, but the per-sample path was chosen "
-            "(images of different sizes, or --input_path per_sample). Fix: --input_path device with "
-            "images of one size, or drop --eval_crop_pct."
+            "--eval_crop_pct runs on the device and host_crop input paths, but the per-sample path was chosen "
+            "(--input_path per_sample). Fix: --input_path auto (device for images of one size, host_crop "
+            "for variable sizes), or drop --eval_crop_pct."
         )

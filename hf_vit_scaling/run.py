@@ -4,9 +4,9 @@
    for the global batch, sequence-parallel groups, and the checkpoint to resume from; all before the model exists
    (ZeRO-3 builds it partitioned over the world).
 2. `build_model(model_args, label_names)`: a preset from scratch or a checkpoint with a new head.
-3. `prepare_inputs(args, world, data, model, processor, model_desc)`: the input path (device or per-sample), the
-   model's hooks in their one order (`model_hooks`), per-rank batches for heterogeneous clusters, the metrics and
-   the model card's facts.
+3. `prepare_inputs(args, world, data, model, processor, model_desc)`: the input path (device, host crop or
+   per-sample), the model's hooks in their one order (`model_hooks`), per-rank batches for heterogeneous clusters,
+   the metrics and the model card's facts.
 4. `finish_run(trainer, train_result, world, inputs)`: save, evaluate (metrics, and per class in
    eval_confusion_matrix.json), report skipped images, model card, push, one done line.
 """
@@ -25,6 +25,7 @@ from .checkpoints import (
 )
 from .data import (
     DevicePreprocessor,
+    attach_host_crop_transforms,
     attach_transforms,
     attach_uint8_transforms,
     choose_input_path,
@@ -144,8 +145,8 @@ def training_loss(args, data, augmenter):
     return None
 
 
-def attach_input_transforms(data, data_args, size: int, mean, std):
-    """(splits, collate, device preprocessor or None) for the input path `--input_path` resolves to."""
+def attach_input_transforms(data, data_args, size: int, mean, std, eval_crop_pct: float | None = None):
+    """(splits, collate, device preprocessor or None, input path) for the input path `--input_path` resolves to."""
     input_path = choose_input_path(data, data_args.input_path)
     crop, flip = data_args.crops_at(size), data_args.flips_at(size)
     crop_text = f"on (scale {data_args.crop_scale_min}-1)" if crop else "off"
@@ -155,8 +156,15 @@ def attach_input_transforms(data, data_args, size: int, mean, std):
         # uint8 batches cross to the device; resize, augmentation and normalisation run there, batched.
         preprocessor = DevicePreprocessor(size, mean, std, crop, data_args.crop_scale_min, flip,
                                           data_args.random_crop_padding)  # fmt: skip
-        return attach_uint8_transforms(data), collate_uint8_batch, preprocessor
-    return attach_transforms(data, size, mean, std, data_args), collate_image_batch, None
+        return attach_uint8_transforms(data), collate_uint8_batch, preprocessor, input_path
+    if input_path == "host_crop":
+        # Variable sizes: uint8 crops at the model's size are cut on the host (the random resized crop, or the
+        # --eval_crop_pct centre crop); the flip, shifts and normalisation run on the device.
+        preprocessor = DevicePreprocessor(size, mean, std, False, data_args.crop_scale_min, flip,
+                                          data_args.random_crop_padding)  # fmt: skip
+        splits = attach_host_crop_transforms(data, size, data_args, eval_crop_pct)
+        return splits, collate_uint8_batch, preprocessor, input_path
+    return attach_transforms(data, size, mean, std, data_args), collate_image_batch, None, input_path
 
 
 def prepare_inputs(args, world: World, data, model, processor, model_desc: str) -> TrainerInputs:
@@ -169,13 +177,16 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str) 
     loss = training_loss(args, data, augmenter)
     if is_streaming(data):  # batches are made in the stream; its items already carry their sample ids
         splits, collate, preprocessor = attach_streaming_transforms(data, args, size, mean, std, world.resume_from)
+        input_path = "device" if preprocessor is not None else "per_sample"
     else:
-        splits, collate, preprocessor = attach_input_transforms(data, args.data, size, mean, std)
+        splits, collate, preprocessor, input_path = attach_input_transforms(data, args.data, size, mean, std,
+                                                                            reg.eval_crop_pct)  # fmt: skip
         splits = with_sample_index(splits)  # batches say which rows they hold (skipped images, --trace_samples)
-    check_regularization(reg, input_path="device" if preprocessor is not None else "per_sample")
+    check_regularization(reg, input_path=input_path)
     factor = args.cluster.slow_ranks.get(args.training.process_index, 1.0)
     slow_rank = SlowRankSimulator(factor) if factor > 1.0 else None  # labelled in every report
-    eval_crop = EvalCenterCrop(size, reg.eval_crop_pct) if reg.eval_crop_pct else None
+    on_device = reg.eval_crop_pct and input_path == "device"  # host_crop cuts the eval crop on the host
+    eval_crop = EvalCenterCrop(size, reg.eval_crop_pct) if on_device else None
     attach_model_hooks(model, preprocessor, world.sequence_parallel, slow_rank,
                        augmenter if augmenter.active else None, eval_crop, reg.drop_path_rate)  # fmt: skip
     rank_batches = balanced_rank_batches(args.cluster.balance_batches, model, splits["train"], collate, args.training)

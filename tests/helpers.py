@@ -2,6 +2,7 @@
 inside pytest). tests/unit/ use the builders; tests/launched/ also start the recipe, the study or a script in fresh
 processes through `run_recipe` / `run_script` / `run`."""
 
+import io
 import json
 import os
 import re
@@ -16,6 +17,7 @@ from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "train_vit.py"
+PREPARE = REPO / "recipes" / "prepare_shards.py"
 STUDY = REPO / "recipes" / "scaling_study.py"
 DS_CONFIGS = REPO / "ds_configs"
 WORKERS = Path(__file__).resolve().parent / "launched" / "workers"
@@ -80,6 +82,49 @@ def make_image_folder(
     for name in truncated:
         (first / name).write_bytes((first / "0.png").read_bytes()[:TRUNCATED_BYTES])
     return root
+
+
+def smooth_image(width: int, height: int, seed: int = 0) -> Image.Image:
+    """An RGB image of smooth colour gradients (no detail finer than ~1/4 of its size): JPEG-compressed and decoded
+    at reduced size it stays close to a resize of the full image, so tests can compare within a few levels."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[:height, :width] / np.array([height, width]).reshape(2, 1, 1)
+    channels = [127 + 100 * np.sin(2 * (rng.uniform(-2, 2) * x + rng.uniform(-2, 2) * y) + rng.uniform(0, 6))
+                for _ in range(3)]  # fmt: skip
+    return Image.fromarray(np.stack(channels, -1).astype(np.uint8))
+
+
+def jpeg_bytes(image: Image.Image, quality: int = 95) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=quality)
+    return buffer.getvalue()
+
+
+# A 16-bit grayscale ramp, 16 x 16: pixel i holds i * 257 + 100 (capped at 65535). Scaled to 8 bit it is i (0..255);
+# clipped (PIL's convert) it would be min(v, 255): 100 and then 255 everywhere.
+GRAY16 = np.minimum(np.arange(256) * 257 + 100, 65535).astype(np.uint16).reshape(16, 16)
+GRAY16_AS_8BIT = np.arange(256, dtype=np.uint8).reshape(16, 16)
+MAGENTA_CMYK = (0, 255, 0, 0)  # -> RGB (255, 0, 255)
+
+
+def make_prepare_source(root, good_sizes=((60, 40), (40, 70), (50, 50), (90, 64))) -> dict:
+    """An image folder for the prepare step: class "a" holds smooth JPEGs of `good_sizes` and a corrupt JPEG (a real
+    one cut in its pixel data: it opens, and fails to decode); class "b" holds a CMYK JPEG (magenta) and a 16-bit
+    grayscale PNG (GRAY16). Returns {"good": {name: PIL RGB image}, "corrupt": path, "cmyk": path, "gray16": path}."""
+    root = Path(root)
+    (root / "a").mkdir(parents=True, exist_ok=True)
+    (root / "b").mkdir(parents=True, exist_ok=True)
+    good = {}
+    for i, size in enumerate(good_sizes):
+        image = smooth_image(*size, seed=i)
+        (root / "a" / f"good{i}.jpg").write_bytes(jpeg_bytes(image))
+        good[f"a/good{i}.jpg"] = Image.open(root / "a" / f"good{i}.jpg").convert("RGB")
+    whole = jpeg_bytes(smooth_image(64, 64, seed=99))
+    (root / "a" / "corrupt.jpg").write_bytes(whole[: len(whole) // 2])
+    Image.new("CMYK", (30, 20), MAGENTA_CMYK).save(root / "b" / "cmyk.jpg", quality=95)
+    Image.fromarray(GRAY16).save(root / "b" / "gray16.png")
+    return {"good": good, "corrupt": root / "a" / "corrupt.jpg", "cmyk": root / "b" / "cmyk.jpg",
+            "gray16": root / "b" / "gray16.png"}  # fmt: skip
 
 
 def make_saved_dataset(

@@ -1,7 +1,10 @@
-"""Image-classification data: where images come from (`sources`), decoding that survives bad files (`decoding`),
-and the two input paths: per-sample transforms on the host (`host_transforms`), uint8 batches transformed on the
-device (`device_transforms`); a training split read as a stream, each rank its own shards (`streaming`)."""
+"""Image-classification data: where images come from (`sources`; prepared uint8 shards: `shards`, written by
+`prepare`), decoding that survives bad files (`decoding`), and the input paths: per-sample transforms on the host
+(`host_transforms`), uint8 batches transformed on the device (`device_transforms`), for variable-size images
+fixed-size uint8 crops cut on the host (`crop_decode`); a training split read as a stream, each rank its own shards
+(`streaming`)."""
 
+from .crop_decode import attach_host_crop_transforms
 from .decoding import find_bad_images, stack_batch, with_sample_index
 from .device_transforms import DevicePreprocessor, attach_uint8_transforms, choose_input_path, collate_uint8_batch
 from .host_transforms import ImageTransform, attach_transforms
@@ -15,6 +18,7 @@ __all__ = [
     "DevicePreprocessor",
     "ImageClassificationData",
     "ImageTransform",
+    "attach_host_crop_transforms",
     "attach_transforms",
     "attach_uint8_transforms",
     "choose_input_path",

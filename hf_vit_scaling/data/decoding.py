@@ -7,6 +7,7 @@ the data order of resumed runs (`--trace_samples`).
 """
 
 import io
+import warnings
 
 import numpy as np
 import torch
@@ -34,15 +35,21 @@ def image_name(value, index: int | None = None) -> str:
     return repr(path) if path else f"row {index}" if index is not None else "(in memory)"
 
 
-def decode_image(value) -> Image.Image:
-    """A stored image (PIL image, or datasets' undecoded {"bytes", "path"}) -> a fully loaded PIL image.
-    Raises one of _DECODE_ERRORS for a corrupt, truncated or unsupported file."""
+def open_image(value) -> Image.Image:
+    """A stored image (PIL image, or datasets' undecoded {"bytes", "path"}) -> a PIL image whose header is read and
+    whose pixels are not decoded yet (so a JPEG can still be decoded at reduced size: see `crop_decode`)."""
     if not isinstance(value, dict):
         return value
     source = io.BytesIO(value["bytes"]) if value.get("bytes") else value.get("path")
     if source is None:
         raise ValueError("neither bytes nor a path")
-    image = Image.open(source)
+    return Image.open(source)
+
+
+def decode_image(value) -> Image.Image:
+    """A stored image -> a fully loaded PIL image.
+    Raises one of _DECODE_ERRORS for a corrupt, truncated or unsupported file."""
+    image = open_image(value)
     image.load()  # decode now: a truncated file fails here, not later inside a transform
     return image
 
@@ -107,7 +114,7 @@ def with_sample_index(splits) -> dict:
 
 
 def decoded_or_marked(values, policy: str) -> tuple[list, list]:
-    """Decode a batch of stored images. Returns (images with None for bad ones, bad-image notes or None).
+    """Decode stored images (the streamed path). Returns (images with None for bad ones, bad-image notes or None).
     policy "fail": a bad image raises UserInputError naming it instead."""
     images, notes = [], []
     for value in values:
@@ -138,36 +145,90 @@ def drop_bad_examples(examples: list[dict]) -> tuple[list[dict], dict]:
     return good, extra
 
 
+SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+
+
+def to_8bit(image: Image.Image) -> Image.Image:
+    """16-bit grayscale (PNG, TIFF; PIL mode I;16 or I) -> 8-bit L, scaled by 255/65535 (rounded). PIL's own
+    convert("L") clips instead: every value above 255 becomes white. Mode I is taken to hold 16-bit values, as PIL
+    opens 16-bit PNGs. Other modes pass through."""
+    if image.mode not in SIXTEEN_BIT_MODES:
+        return image
+    values = np.asarray(image, dtype=np.float64)
+    return Image.fromarray(np.clip(np.rint(values * (255 / 65535)), 0, 255).astype(np.uint8), mode="L")
+
+
 def to_rgb(image: Image.Image) -> Image.Image:
-    """Grayscale, palette (with or without transparency), RGBA, CMYK... -> RGB."""
+    """Grayscale (8 or 16 bit), palette (with or without transparency), RGBA, CMYK... -> RGB."""
     if image.mode == "RGB":
         return image
+    image = to_8bit(image)
     if image.mode == "P":
         image = image.convert("RGBA")
     return image.convert("RGB")
 
 
+def to_gray(image: Image.Image) -> Image.Image:
+    """Any mode -> 8-bit L (colour by ITU-R 601-2 luma, as PIL converts; 16-bit scaled, not clipped)."""
+    image = to_8bit(image)
+    if image.mode == "L":
+        return image
+    return to_rgb(image).convert("L")
+
+
 def pil_to_uint8_tensor(image: Image.Image) -> torch.Tensor:
-    """PIL image -> uint8 tensor (3, H, W)."""
+    """PIL image -> uint8 tensor (3, H, W); a uint8 tensor (a prepared shard's image) passes through."""
+    if isinstance(image, torch.Tensor):
+        return image
     array = np.asarray(to_rgb(image), dtype=np.uint8)
     return torch.from_numpy(array.copy()).permute(2, 0, 1)
 
 
+def decode_raw(value, shape: tuple[int, int, int]) -> tuple[torch.Tensor | None, str | None]:
+    """A prepared shard's image (raw uint8 bytes, row-major H x W x C, C = 3 or 1: see `shards`) -> (uint8 (3, H, W)
+    tensor, None); grayscale is repeated to 3 channels. (None, why) when the byte count does not match the shape."""
+    height, width, channels = shape
+    if len(value) != height * width * channels:
+        expected = height * width * channels
+        return None, f"ValueError: {len(value)} bytes, expected {height}x{width}x{channels} = {expected}"
+    with warnings.catch_warnings():  # read-only bytes: torch warns, but the tensor is only read (stacked)
+        warnings.simplefilter("ignore", UserWarning)
+        pixels = torch.frombuffer(value, dtype=torch.uint8).view(height, width, channels).permute(2, 0, 1)
+    return (pixels.expand(3, height, width) if channels == 1 else pixels), None
+
+
+def decode_then(convert, raw_shape: tuple[int, int, int] | None = None):
+    """`convert` (applied to a decoded PIL image) -> a function of a stored image returning (convert(image), None),
+    or (None, why) when the image cannot be decoded: what `set_pixel_transforms`' `to_pixels` returns.
+    raw_shape (H, W, C): the stored images are prepared shards' raw bytes (`decode_raw`) and `convert` gets a uint8
+    (3, H, W) tensor instead of a PIL image."""
+
+    def apply(value):
+        image, reason = decode_raw(value, raw_shape) if raw_shape else try_decode_image(value)
+        return (None, reason) if reason else (convert(image), None)
+
+    return apply
+
+
 def set_pixel_transforms(data, to_pixels) -> DatasetDict:
     """Set on-the-fly transforms producing `pixel_values` and `labels` on both splits (needs
-    remove_unused_columns=False). `to_pixels(train)` returns the function applied to each decoded image of that split.
-    An image that cannot be decoded gives `pixel_values` None and a `bad_image` note (see `stack_batch`)."""
+    remove_unused_columns=False). `to_pixels(train)` returns the function applied to each stored image of that
+    split: value -> (pixels, None), or (None, why) when it cannot be decoded (`decode_then` builds one from a
+    function of a decoded PIL image). An image that cannot be decoded gives `pixel_values` None and a `bad_image`
+    note (see `stack_batch`), or stops the run naming it under --on_bad_image fail."""
 
     def make(train: bool):
         convert = to_pixels(train)
 
         def apply(batch):
-            images, notes = decoded_or_marked(batch[data.image_column], data.on_bad_image)
-            return {
-                "pixel_values": [None if img is None else convert(img) for img in images],
-                "labels": batch[data.label_column],
-                "bad_image": notes,
-            }
+            pixels, notes = [], []
+            for value in batch[data.image_column]:
+                out, reason = convert(value)
+                if reason and data.on_bad_image == "fail":
+                    raise bad_image_error(image_name(value), reason)
+                pixels.append(out)
+                notes.append({"sample": image_name(value), "reason": reason} if reason else None)
+            return {"pixel_values": pixels, "labels": batch[data.label_column], "bad_image": notes}
 
         return apply
 
@@ -176,12 +237,12 @@ def set_pixel_transforms(data, to_pixels) -> DatasetDict:
     return data.splits
 
 
-def stack_batch(examples: list[dict]) -> dict:
-    """Stack a batch's `pixel_values` and `labels`; images that could not be decoded are left out (and listed under
-    `bad_samples`), the rows kept are listed under `sample_index`."""
+def stack_batch(examples: list[dict], stack=torch.stack) -> dict:
+    """Stack a batch's `pixel_values` (with `stack`) and `labels`; images that could not be decoded are left out (and
+    listed under `bad_samples`), the rows kept are listed under `sample_index`."""
     good, extra = drop_bad_examples(examples)
     return {
-        "pixel_values": torch.stack([e["pixel_values"] for e in good]),
+        "pixel_values": stack([e["pixel_values"] for e in good]),
         "labels": torch.tensor([e["labels"] for e in good], dtype=torch.long),
         **extra,
     }

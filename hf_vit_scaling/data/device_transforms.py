@@ -8,8 +8,9 @@ pre-hook turns the uint8 batch into normalised float pixels at the model's size,
 
 Training augmentation (random resized crop with scale in [crop_scale_min, 1] and ratio in [3/4, 4/3], horizontal
 flip) is one batched `affine_grid` + `grid_sample` (bilinear): each sample gets its own crop box and flip.
-Evaluation only resizes (bilinear). All images in a batch must share one size (true for CIFAR, digits, any
-pre-resized dataset); use the per-sample path for variable-size images.
+Evaluation only resizes (bilinear). All images in a batch must share one size (true for CIFAR, digits, prepared
+uint8 shards, any pre-resized dataset); variable-size images take `--input_path host_crop` (`crop_decode`), which cuts
+fixed-size uint8 crops on the host and hands them to this preprocessor for the flip and normalisation.
 """
 
 import math
@@ -18,14 +19,15 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UserInputError
-from .decoding import pil_to_uint8_tensor, set_pixel_transforms, stack_batch, try_decode_image
+from ..log import logger
+from .decoding import _DECODE_ERRORS, decode_then, open_image, pil_to_uint8_tensor, set_pixel_transforms, stack_batch
 from .sources import ImageClassificationData
 
 
 def attach_uint8_transforms(data: ImageClassificationData):
     """Host side of the fast path: each example becomes a uint8 (3, H, W) tensor at its stored size (None, with a
-    `bad_image` note, when it cannot be decoded)."""
-    return set_pixel_transforms(data, lambda train: pil_to_uint8_tensor)
+    `bad_image` note, when it cannot be decoded). Prepared shards' raw bytes are only reshaped."""
+    return set_pixel_transforms(data, lambda train: decode_then(pil_to_uint8_tensor, data.raw_shape))
 
 
 def collate_uint8_batch(examples: list[dict]) -> dict:
@@ -34,9 +36,21 @@ def collate_uint8_batch(examples: list[dict]) -> dict:
     if len(shapes) > 1:
         raise UserInputError(
             f"--input_path device needs images of one size per batch, found {sorted(shapes)}. "
-            "Fix: use --input_path per_sample for variable-size images (or resize the dataset once)."
+            "Fix: use --input_path host_crop (what auto picks for variable-size images), or prepare uint8 shards "
+            "once (recipes/prepare_shards.py)."
         )
-    return stack_batch(examples)
+    return stack_batch(examples, stack_uint8)
+
+
+def stack_uint8(pixels: list[torch.Tensor]) -> torch.Tensor:
+    """Stack (3, H, W) uint8 images into (B, 3, H, W). Images that are views of H x W x 3 arrays (decoded images,
+    prepared shards' rows, windows of them) are stacked as they lie and the batch is returned channels-last: the same
+    shape and values, row copies instead of a transposing copy per image (the host's largest cost for prepared
+    shards). `DevicePreprocessor` returns a contiguous batch whatever the layout it receives."""
+    hwc = [p.permute(1, 2, 0) for p in pixels]
+    if all(q.stride(2) == 1 and q.stride(1) == 3 for q in hwc):  # each pixel's 3 bytes together, pixels in a row
+        return torch.stack(hwc).permute(0, 3, 1, 2)
+    return torch.stack(pixels)
 
 
 def random_crop_flip_theta(
@@ -108,7 +122,7 @@ class DevicePreprocessor:
             x = F.interpolate(x, size=(self.size, self.size), mode="bilinear", antialias=True, align_corners=False)
         mean = torch.tensor(self.mean, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
         std = torch.tensor(self.std, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
-        return (x - mean) / std
+        return ((x - mean) / std).contiguous()  # a channels-last uint8 batch (stack_uint8) stays so until here
 
     def attach(self, model: torch.nn.Module):
         """Run on every forward whose `pixel_values` are uint8; returns the hook handle (saved models stay clean)."""
@@ -122,25 +136,62 @@ class DevicePreprocessor:
         return model.register_forward_pre_hook(pre_hook, with_kwargs=True)
 
 
-INPUT_PATHS = ("auto", "device", "per_sample")
+INPUT_PATHS = ("auto", "device", "host_crop", "per_sample")
+SIZE_PROBE = 64  # images read per split (headers only) to tell one size from many
 
 
-def images_share_one_size(data: ImageClassificationData, probe: int = 64) -> bool:
-    """True when the first `probe` training images (and as many validation images) have one size."""
-    sizes = set()
+def probe_sizes(data: ImageClassificationData, probe: int = SIZE_PROBE) -> list[tuple[int, int]]:
+    """The distinct (width, height) of the first `probe` training and validation images, read from their headers
+    (no pixels decoded). A file that cannot be opened is skipped here (and skipped or refused later)."""
+    sizes = []
     for split in ("train", "validation"):
         subset = data.splits[split].select(range(min(probe, len(data.splits[split]))))
         for value in subset[data.image_column]:
-            image, _ = try_decode_image(value)
-            if image is not None:  # a bad image is skipped (or refused) later, not here
-                sizes.add(image.size)
-    return len(sizes) == 1
+            try:
+                size = open_image(value).size
+            except _DECODE_ERRORS:
+                continue
+            if size not in sizes:
+                sizes.append(size)
+    return sizes
+
+
+def images_share_one_size(data: ImageClassificationData, probe: int = SIZE_PROBE) -> bool:
+    """True when the first `probe` training images (and as many validation images) have one size."""
+    return data.raw_shape is not None or len(probe_sizes(data, probe)) == 1
+
+
+def resolve_input_path(data: ImageClassificationData, requested: str) -> tuple[str, str]:
+    """(input path, why). auto: the fastest path the data allows: `device` for prepared uint8 shards and for images
+    of one size (uint8 originals, everything else batched on the device); `host_crop` for images of different sizes
+    (fixed-size uint8 crops cut on the host, flip and normalisation on the device). `per_sample` is never chosen by
+    auto: it is the reference path (the Hugging Face example's), for comparisons."""
+    if requested not in INPUT_PATHS:
+        raise UserInputError(f"--input_path {requested!r}: use one of {', '.join(INPUT_PATHS)}.")
+    if data.raw_shape is not None:
+        height, width, channels = data.raw_shape
+        if requested == "host_crop":
+            raise UserInputError(
+                f"--input_path host_crop decodes image files, but {data.source!r} holds prepared uint8 shards "
+                f"({height}x{width}x{channels}, nothing to decode). Fix: --input_path auto or device."
+            )
+        if requested == "auto":
+            return "device", f"prepared uint8 shards of {height}x{width}: crop, flip and normalisation on the device"
+    if requested != "auto":
+        return requested, f"--input_path {requested}"
+    sizes = probe_sizes(data)
+    if len(sizes) <= 1:
+        shown = f"{sizes[0][0]}x{sizes[0][1]}" if sizes else "unknown"
+        return "device", f"the first images share one size ({shown}): uint8 originals, resized on the device"
+    shown = ", ".join(f"{w}x{h}" for w, h in sizes[:3])
+    return "host_crop", (
+        f"images differ in size ({shown}, ...): uint8 crops at the model's size cut on the host, flip and "
+        "normalisation on the device"
+    )
 
 
 def choose_input_path(data: ImageClassificationData, requested: str) -> str:
-    """'auto' -> 'device' when images share one size (CIFAR, digits, pre-resized sets), else 'per_sample'."""
-    if requested not in INPUT_PATHS:
-        raise UserInputError(f"--input_path {requested!r}: use one of {', '.join(INPUT_PATHS)}.")
-    if requested == "auto":
-        return "device" if images_share_one_size(data) else "per_sample"
-    return requested
+    """The input path `--input_path` resolves to (see `resolve_input_path`), logged with the reason."""
+    path, why = resolve_input_path(data, requested)
+    logger.info(f"Input path: {path} ({why}).")
+    return path

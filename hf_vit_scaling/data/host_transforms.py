@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from datasets import DatasetDict
 from PIL import Image
 
-from .decoding import pil_to_uint8_tensor, set_pixel_transforms
+from .decoding import decode_then, pil_to_uint8_tensor, set_pixel_transforms
 
 
 def _uniform(low: float, high: float) -> float:
@@ -79,8 +79,8 @@ def attach_transforms(data, size: int, mean, std, data_args) -> DatasetDict:
     """The per-sample path: each decoded image becomes normalised float (3, S, S) on the host, augmented "
     "in training."""
 
-    def to_pixels(train: bool) -> ImageTransform:
-        return ImageTransform(
+    def to_pixels(train: bool):
+        transform = ImageTransform(
             size,
             mean,
             std,
@@ -90,5 +90,6 @@ def attach_transforms(data, size: int, mean, std, data_args) -> DatasetDict:
             data_args.flips_at(size),
             data_args.random_crop_padding,
         )
+        return decode_then(transform, data.raw_shape)
 
     return set_pixel_transforms(data, to_pixels)

@@ -17,6 +17,7 @@ from PIL import Image
 
 from ..errors import UserInputError
 from .decoding import decode_images_lazily, refuse_bad_images
+from .shards import is_prepared, load_prepared, raw_shape, read_manifest
 
 BUILTIN_DATASET = "sklearn-digits"
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -35,6 +36,7 @@ class ImageClassificationData:
     label_names: list[str]
     source: str
     on_bad_image: str = "skip"  # skip: leave undecodable images out of their batch and count them; fail: stop
+    raw_shape: tuple[int, int, int] | None = None  # prepared shards: (H, W, C) of every image, stored as raw uint8
 
 
 def builtin_digits() -> DatasetDict:
@@ -76,6 +78,8 @@ def _is_saved_dataset(path: str) -> bool:
 
 
 def _load_named_dataset(name: str, config_name: str | None, cache_dir: str | None) -> DatasetDict:
+    if is_prepared(name):
+        return load_prepared(name, cache_dir)[0]
     if _is_saved_dataset(name):
         loaded = load_from_disk(name)
         return loaded if isinstance(loaded, DatasetDict) else DatasetDict(train=loaded)
@@ -186,7 +190,8 @@ def load_image_classification_data(
     features = splits["train"].features
     image_column = detect_image_column(features, data_args.image_column_name)
     splits = decode_images_lazily(splits, image_column)
-    if data_args.on_bad_image == "fail":
+    prepared = raw_shape(read_manifest(source)) if is_prepared(data_args.dataset_name) else None
+    if data_args.on_bad_image == "fail" and prepared is None:  # prepared images were decoded when prepared
         refuse_bad_images(splits, image_column)
     label_column = detect_label_column(features, data_args.label_column_name)
     splits = _ensure_eval_split(splits, data_args.train_val_split, seed, label_column)
@@ -197,5 +202,11 @@ def load_image_classification_data(
     if len(splits["train"]) == 0 or len(splits["validation"]) == 0:
         raise UserInputError(f"Dataset {source!r} gives an empty train or validation split. Fix: add images.")
     return ImageClassificationData(
-        splits, image_column, label_column, label_names_of(splits, label_column), source, data_args.on_bad_image
+        splits,
+        image_column,
+        label_column,
+        label_names_of(splits, label_column),
+        source,
+        data_args.on_bad_image,
+        prepared,
     )

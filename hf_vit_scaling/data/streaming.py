@@ -680,8 +680,8 @@ def attach_streaming_transforms(data: StreamingData, args, size: int, mean, std,
     if requested == "auto":
         requested = "device" if data.raw_image is not None or _probe_sizes(data) else "per_sample"
     if requested == "device":
-        preprocessor = DevicePreprocessor(size, mean, std, data_args.random_resized_crop, data_args.crop_scale_min,
-                                          data_args.horizontal_flip)  # fmt: skip
+        preprocessor = DevicePreprocessor(size, mean, std, data_args.crops_at(size), data_args.crop_scale_min,
+                                          data_args.flips_at(size), data_args.random_crop_padding)  # fmt: skip
         collate = collate_uint8_batch
 
         def pixels_for(train):
@@ -691,8 +691,8 @@ def attach_streaming_transforms(data: StreamingData, args, size: int, mean, std,
         preprocessor, collate = None, stack_batch
 
         def pixels_for(train):
-            return ImageTransform(size, mean, std, train, data_args.random_resized_crop, data_args.crop_scale_min,
-                                  data_args.horizontal_flip)  # fmt: skip
+            return ImageTransform(size, mean, std, train, data_args.crops_at(size), data_args.crop_scale_min,
+                                  data_args.flips_at(size), data_args.random_crop_padding)  # fmt: skip
 
     train_example = example_transform(data, pixels_for(True))
     data.train.attach(train_example, collate, training.per_device_train_batch_size, training.dataloader_drop_last,

@@ -1,21 +1,31 @@
 """Decoding stored images without letting one bad file fail a batch: decode / try_decode, find_bad_images, the
---on_bad_image fail pre-scan naming the file, and the collate bookkeeping that drops bad rows."""
+--on_bad_image fail pre-scan naming the file, and the collate bookkeeping that drops bad rows; 16-bit grayscale
+scaled to 8 bit; prepared shards' raw rows."""
 
 import io
 
 import numpy as np
 import pytest
+import torch
 from datasets import Dataset, Features
 from datasets import Image as ImageFeature
 from PIL import Image
 
 from hf_vit_scaling.arguments import DataArguments
-from hf_vit_scaling.data.decoding import decode_image, drop_bad_examples, find_bad_images, try_decode_image
+from hf_vit_scaling.data.decoding import (
+    decode_image,
+    decode_raw,
+    drop_bad_examples,
+    find_bad_images,
+    to_gray,
+    to_rgb,
+    try_decode_image,
+)
 from hf_vit_scaling.data.decoding import stack_batch as collate_image_batch
 from hf_vit_scaling.data.host_transforms import attach_transforms
 from hf_vit_scaling.data.sources import load_image_classification_data
 from hf_vit_scaling.errors import UserInputError
-from tests.helpers import MIXED, NOT_AN_IMAGE, TRUNCATED_BYTES, make_image_folder
+from tests.helpers import GRAY16, GRAY16_AS_8BIT, MIXED, NOT_AN_IMAGE, TRUNCATED_BYTES, make_image_folder
 
 
 def _png_bytes() -> bytes:
@@ -103,3 +113,25 @@ def test_collate_bookkeeping_drops_bad_rows_and_keeps_indices():
     assert [e["sample_index"] for e in good] == [5, 7]
     assert extra["sample_index"].tolist() == [5, 7]
     assert extra["bad_samples"] == [{"sample": "row 9", "reason": "OSError: x"}]
+
+
+def test_16bit_grayscale_is_scaled_to_8bit_not_clipped():
+    buffer = io.BytesIO()
+    Image.fromarray(GRAY16).save(buffer, format="PNG")
+    image = decode_image({"bytes": buffer.getvalue(), "path": None})
+    assert image.mode == "I;16"  # as PIL opens a 16-bit PNG
+    assert np.array_equal(np.asarray(to_gray(image)), GRAY16_AS_8BIT)
+    rgb = np.asarray(to_rgb(image))
+    assert all(np.array_equal(rgb[..., c], GRAY16_AS_8BIT) for c in range(3))
+    assert np.asarray(image.convert("L")).max() == 255 and np.asarray(image.convert("L"))[0, 0] == 100  # PIL clips
+
+
+def test_raw_rows_become_uint8_tensors_and_a_wrong_length_is_named():
+    rgb = np.arange(4 * 5 * 3, dtype=np.uint8).reshape(4, 5, 3)
+    pixels, reason = decode_raw(rgb.tobytes(), (4, 5, 3))
+    assert reason is None and pixels.shape == (3, 4, 5) and torch.equal(pixels, torch.from_numpy(rgb).permute(2, 0, 1))
+    gray = np.arange(20, dtype=np.uint8).reshape(4, 5)
+    pixels, _ = decode_raw(gray.tobytes(), (4, 5, 1))
+    assert pixels.shape == (3, 4, 5) and all(torch.equal(pixels[c], torch.from_numpy(gray)) for c in range(3))
+    pixels, reason = decode_raw(b"\x00" * 7, (4, 5, 1))
+    assert pixels is None and "7 bytes, expected 4x5x1 = 20" in reason

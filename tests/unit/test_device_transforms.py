@@ -104,17 +104,30 @@ def test_crop_boxes_respect_scale_and_stay_inside():
     assert ((cx.abs() + w) <= 1 + 1e-6).all() and ((cy.abs() + h) <= 1 + 1e-6).all()
 
 
-def test_auto_picks_device_for_one_size_and_per_sample_for_mixed(tmp_path):
+def test_auto_picks_device_for_one_size_and_host_crop_for_mixed(tmp_path):
     digits = load_image_classification_data(DataArguments(max_train_samples=64, max_eval_samples=16))
     assert choose_input_path(digits, "auto") == "device"
     make_image_folder(tmp_path / "train", MIXED)
     mixed = load_image_classification_data(DataArguments(train_dir=str(tmp_path / "train"), train_val_split=0.25))
-    assert choose_input_path(mixed, "auto") == "per_sample"
+    assert choose_input_path(mixed, "auto") == "host_crop"
     assert choose_input_path(mixed, "device") == "device"  # the user's choice stands...
-    with pytest.raises(UserInputError, match="--input_path per_sample"):  # ...and fails clearly at collate time
+    with pytest.raises(UserInputError, match="--input_path host_crop"):  # ...and fails clearly at collate time
         collate_uint8_batch(
             [
                 {"pixel_values": torch.zeros(3, 4, 4, dtype=torch.uint8), "labels": 0},
                 {"pixel_values": torch.zeros(3, 5, 4, dtype=torch.uint8), "labels": 1},
             ]
         )
+
+
+def test_uint8_batches_of_hwc_views_stack_without_transposing_and_preprocess_the_same():
+    images = [pil_to_uint8_tensor(img) for img in _images(4, side=10)]  # views of H x W x 3 arrays
+    batch = collate_uint8_batch([{"pixel_values": p, "labels": 0} for p in images])["pixel_values"]
+    assert batch.shape == (4, 3, 10, 10) and batch.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(batch, torch.stack(images))
+    prep = DevicePreprocessor(16, MEAN, STD)
+    out = prep(batch, train=False)
+    assert out.is_contiguous() and torch.equal(out, prep(torch.stack(images).contiguous(), train=False))
+    window = [p[:, 2:8, 1:9] for p in images]  # windows of those arrays (a host-side crop) stack the same way
+    stacked = collate_uint8_batch([{"pixel_values": p, "labels": 0} for p in window])["pixel_values"]
+    assert stacked.is_contiguous(memory_format=torch.channels_last) and torch.equal(stacked, torch.stack(window))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from hf_vit_scaling.arguments import parse_args
+from hf_vit_scaling.arguments import DataArguments, parse_args
 from hf_vit_scaling.data.decoding import stack_batch
 from hf_vit_scaling.data.streaming import (
     POSITION_DIRNAME,
@@ -199,8 +199,8 @@ def test_parquet_files_of_encoded_images_stream_through_load_dataset(tmp_path):
     data = load_streaming_data(data_args, stream_args, seed=0)
     assert data.label_names == ["cat", "dog"] and data.image_column == "img" and data.raw_image is None
     assert len(data.validation_rows) == 5 and data.train.n_shards == 2
-    args = SimpleNamespace(data=SimpleNamespace(input_path="auto", random_resized_crop=False, crop_scale_min=1.0,
-                                                horizontal_flip=False),
+    args = SimpleNamespace(data=DataArguments(input_path="auto", random_resized_crop=False, crop_scale_min=1.0,
+                                              horizontal_flip=False),
                            training=SimpleNamespace(per_device_train_batch_size=8, dataloader_drop_last=False,
                                                     dataloader_num_workers=0))  # fmt: skip
     from hf_vit_scaling.data.streaming import attach_streaming_transforms

@@ -1,0 +1,96 @@
+"""Prepared uint8 shards: the on-disk format `recipes/prepare_shards.py` writes (`prepare`) and training reads.
+
+    <out>/manifest.json                                written last: present means every shard is complete
+    <out>/<split>/<split>-NNNNN-of-MMMMM.parquet       the shards (NNNNN from 00000, MMMMM = shards in the split)
+    <out>/.progress/<split>-NNNNN-of-MMMMM.json        one per finished shard: what a rerun checks (see `prepare`)
+
+Each shard is a Parquet file with two columns: `image` (binary: raw uint8 bytes, row-major H x W x C, C = 3 for RGB
+or 1 for grayscale; H = W = S for every row) and `label` (int64, an index into `class_names`).
+
+manifest.json, format_version 1 (readers check the version; fields are only ever added within a version):
+
+    {"format": "hf-vit-scaling-uint8-shards", "format_version": 1,
+     "size": S, "channels": C, "layout": "HWC", "dtype": "uint8",
+     "resize": "shorter side to S (PIL bilinear, antialiased), centre S x S kept",
+     "class_names": ["cat", ...], "source": "<Hub id or folder>",
+     "splits": {"train": [{"file": "train/train-00000-of-00004.parquet", "rows": 1000, "sha256": "...",
+                           "count_per_class": [n_0, n_1, ...]}, ...], "validation": [...]},
+     "skipped": [{"split": "train", "source_index_or_path": "cat/3.jpg" or 17, "reason": "OSError: ..."}],
+     "settings": {...the prepare flags...}, "created_with": {"pillow": ..., "pyarrow": ..., "datasets": ...}}
+
+`file` is relative to <out>. `count_per_class[k]` counts rows with label k.
+
+Training reads the shards map-style: `--dataset_name <out>` (recognised by its manifest.json) loads them through
+datasets' Parquet builder, which copies them once into its Arrow cache (memory-mapped afterwards: random access, as
+every map-style source here); the rows are raw pixels, so nothing is decoded (`decoding.decode_raw`).
+"""
+
+import hashlib
+import json
+import os
+
+from ..errors import UserInputError
+
+FORMAT = "hf-vit-scaling-uint8-shards"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+PROGRESS_DIR = ".progress"
+
+
+def shard_file(split: str, index: int, count: int) -> str:
+    """A shard's path relative to the output folder: `<split>/<split>-NNNNN-of-MMMMM.parquet`."""
+    return f"{split}/{split}-{index:05d}-of-{count:05d}.parquet"
+
+
+def progress_file(split: str, index: int, count: int) -> str:
+    """A finished shard's record, relative to the output folder."""
+    return f"{PROGRESS_DIR}/{split}-{index:05d}-of-{count:05d}.json"
+
+
+def file_sha256(path: str, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def is_prepared(path: str | None) -> bool:
+    """A folder written by the prepare step (it has a manifest.json)."""
+    return bool(path) and os.path.isfile(os.path.join(path, MANIFEST))
+
+
+def read_manifest(path: str) -> dict:
+    """The manifest of a prepared folder, checked: known format and version, every listed shard present."""
+    with open(os.path.join(path, MANIFEST), encoding="utf-8") as f:
+        manifest = json.load(f)
+    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+        raise UserInputError(
+            f"{path}/{MANIFEST} is not a format_version {FORMAT_VERSION} {FORMAT} manifest "
+            f"(format {manifest.get('format')!r}, version {manifest.get('format_version')!r}). "
+            "Fix: prepare the data again with this version's recipes/prepare_shards.py."
+        )
+    missing = [s["file"] for shards in manifest["splits"].values() for s in shards]
+    missing = [f for f in missing if not os.path.isfile(os.path.join(path, f))]
+    if missing:
+        raise UserInputError(
+            f"{path}: {len(missing)} shard(s) listed in {MANIFEST} are missing (first: {missing[0]}). "
+            "Fix: rerun recipes/prepare_shards.py with the same flags (it redoes only what is missing)."
+        )
+    return manifest
+
+
+def raw_shape(manifest: dict) -> tuple[int, int, int]:
+    """(H, W, C) of every stored image."""
+    return manifest["size"], manifest["size"], manifest["channels"]
+
+
+def load_prepared(path: str, cache_dir: str | None = None):
+    """(DatasetDict with columns image (raw bytes) and label (ClassLabel of the manifest's class names), manifest)."""
+    from datasets import ClassLabel, Features, Value, load_dataset
+
+    manifest = read_manifest(path)
+    splits = manifest["splits"]
+    files = {split: [os.path.join(path, s["file"]) for s in shards] for split, shards in splits.items() if shards}
+    features = Features({"image": Value("binary"), "label": ClassLabel(names=manifest["class_names"])})
+    return load_dataset("parquet", data_files=files, features=features, cache_dir=cache_dir), manifest
