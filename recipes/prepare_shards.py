@@ -47,7 +47,8 @@ def parse(argv=None) -> argparse.Namespace:
         "--compression",
         default="none",
         choices=["none", "snappy", "zstd"],
-        help="Parquet compression of the shards (none: fastest to read; raw pixels compress little).",
+        help="Parquet compression of the shards (none: fastest to read; zstd saved 1%% on the benchmark's grainy "
+        "photo-like images, more on smooth ones).",
     )
     out.add_argument(
         "--shuffle_seed",

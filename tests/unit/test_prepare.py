@@ -133,12 +133,12 @@ def test_training_reads_prepared_shards_as_raw_uint8_on_the_device_path(prepared
     assert all(p.permute(1, 2, 0).numpy().tobytes() in stored for p in batch["pixel_values"])  # the bytes, unchanged
 
 
-def test_grayscale_sources_are_stored_with_one_channel(tmp_path):
+def test_grayscale_sources_are_stored_with_one_channel_and_zstd_shards_read_back(tmp_path):
     for i in range(4):
         folder = tmp_path / "src" / "xy"[i % 2]
         folder.mkdir(parents=True, exist_ok=True)
         smooth_image(20 + i, 24, seed=i).convert("L").save(folder / f"{i}.png")
-    prepare_shards(SourceSpec(train_dir=str(tmp_path / "src")), str(tmp_path / "out"), size=8)
+    prepare_shards(SourceSpec(train_dir=str(tmp_path / "src")), str(tmp_path / "out"), size=8, compression="zstd")
     manifest = json.loads((tmp_path / "out" / MANIFEST).read_text())
     assert manifest["channels"] == 1
     args = DataArguments(dataset_name=str(tmp_path / "out"), train_val_split=0.5)
