@@ -253,6 +253,20 @@ def logged_losses(output_dir) -> list[float]:
     return [entry["loss"] for entry in state["log_history"] if "loss" in entry]
 
 
+def sample_trace(output_dir) -> dict:
+    """{(rank, step): record} from a run's --trace_samples files (output_dir/sample_trace/rank{R}.jsonl); a resumed
+    run's record for a step replaces the interrupted run's."""
+    steps = {}
+    folder = os.path.join(output_dir, "sample_trace")
+    for name in sorted(os.listdir(folder)):
+        rank = int(name.removeprefix("rank").removesuffix(".jsonl"))
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            for line in f:
+                record = json.loads(line)
+                steps[(rank, record["step"])] = record
+    return steps
+
+
 # --------------------------------------------------------------------------- fresh processes
 
 

@@ -10,7 +10,6 @@ step 11 falls in epoch 2 (steps 7-12), 3 steps after checkpoint-8: the resumed r
 epoch 2 it already trained on and train on the other 4.
 """
 
-import json
 import os
 import shutil
 
@@ -30,6 +29,7 @@ from tests.helpers import (
     read_json,
     run,
     run_recipe,
+    sample_trace,
 )
 
 pytestmark = pytest.mark.distributed
@@ -61,15 +61,7 @@ FAULTS = "HF_VIT_SCALING_FAULTS"
 
 def trace(output_dir) -> dict:
     """{(rank, step): rows} as trained on: a resumed run's entry for a step replaces the interrupted run's."""
-    steps = {}
-    folder = os.path.join(output_dir, "sample_trace")
-    for name in sorted(os.listdir(folder)):
-        rank = int(name.removeprefix("rank").removesuffix(".jsonl"))
-        with open(os.path.join(folder, name), encoding="utf-8") as f:
-            for line in f:
-                record = json.loads(line)
-                steps[(rank, record["step"])] = record["indices"]
-    return steps
+    return {key: record["indices"] for key, record in sample_trace(output_dir).items()}
 
 
 def rows_per_step(steps: dict) -> dict:

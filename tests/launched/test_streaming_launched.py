@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from hf_vit_scaling.checkpoints import checkpoint_problem
-from tests.helpers import DS_CONFIGS, logged_losses, make_uint8_shards, read_json, run, run_recipe
+from tests.helpers import DS_CONFIGS, logged_losses, make_uint8_shards, read_json, run, run_recipe, sample_trace
 
 pytestmark = pytest.mark.distributed
 
@@ -27,15 +27,7 @@ def streaming_args(root, *args) -> list:
 
 def trace(output_dir) -> dict:
     """{(rank, step): (pass, rows)}: a resumed run's entry for a step replaces the interrupted run's."""
-    steps = {}
-    folder = os.path.join(output_dir, "sample_trace")
-    for name in sorted(os.listdir(folder)):
-        rank = int(name.removeprefix("rank").removesuffix(".jsonl"))
-        with open(os.path.join(folder, name), encoding="utf-8") as f:
-            for line in f:
-                record = json.loads(line)
-                steps[(rank, record["step"])] = (record["pass"], record["indices"])
-    return steps
+    return {key: (record["pass"], record["indices"]) for key, record in sample_trace(output_dir).items()}
 
 
 def rows_by_pass(steps: dict) -> dict:
