@@ -1,0 +1,211 @@
+"""slurm/scaling_study.sbatch submitted with `sbatch --wait` to a real Slurm cluster that lives in the test's temporary
+folder: its own munged (own key and socket), slurmctld and one slurmd per node, all on this machine. Two nodes when
+this machine has two names that resolve (its hostname and localhost): Slurm's multiple-slurmd mode runs one slurmd per
+node name, each on its own port, so the script's MASTER_ADDR (first name of `scontrol show hostnames`) and node rank
+(SLURM_NODEID) are the ones a real cluster would give it. Skipped where Slurm and munge are not installed
+(`apt-get install slurm-wlm munge`) or cannot be started here."""
+
+import csv
+import getpass
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hf_vit_scaling import load_throughput_report
+from tests.helpers import REPO, free_port, launch_env
+
+SBATCH_SCRIPT = REPO / "slurm" / "scaling_study.sbatch"
+DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "sinfo", "scancel")
+MISSING = [name for name in DAEMONS if shutil.which(name) is None and not os.path.exists(f"/usr/sbin/{name}")]
+
+pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"Slurm not installed (no {', '.join(MISSING)}): "
+                                "apt-get install slurm-wlm munge")  # fmt: skip
+
+# A strong-scaling grid of one cell (1 process per node) and a tiny ViT on the built-in digits data (no network).
+STUDY_ARGS = "--study strong --processes 1 --global_batch_size 16 --ds_configs none --pin_cores false --timeout_s 240"
+RECIPE_ARGS = (
+    "--model_preset vit-tiny-cpu --image_size 16 --max_steps 8 --throughput_warmup_steps 2 --eval_strategy no "
+    "--crop_scale_min 0.5 --dataloader_num_workers 0"
+)
+
+
+def _exe(name: str) -> str:
+    return shutil.which(name) or f"/usr/sbin/{name}"
+
+
+def _node_names() -> list[str]:
+    """Names for the local nodes: each must resolve, as real node names do, since the script hands the first one to
+    torchrun as the rendezvous address."""
+    names = []
+    for name in (platform.node().split(".")[0], "localhost"):
+        try:
+            socket.gethostbyname(name)
+        except OSError:
+            continue
+        if name and name not in names:
+            names.append(name)
+    return names
+
+
+def _tail(path, n=30) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return f"--- {path}\n" + "".join(f.readlines()[-n:])
+    except OSError:
+        return f"--- {path}: none"
+
+
+def _slurm_conf(root, nodes: list[str], user: str) -> str:
+    host = platform.node().split(".")[0] or "localhost"
+    node_lines = "\n".join(
+        f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 CPUs=2 Port={free_port()}" for name in nodes
+    )
+    return f"""\
+ClusterName=vitlocal
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={free_port()}
+SlurmUser={user}
+SlurmdUser={user}
+AuthType=auth/munge
+AuthInfo=socket={root}/munge/socket
+CredType=cred/munge
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool/%n
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd-%n.pid
+SlurmctldLogFile={root}/log/slurmctld.log
+SlurmdLogFile={root}/log/slurmd-%n.log
+SlurmdParameters=config_overrides
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SchedulerType=sched/builtin
+MpiDefault=none
+MailProg=/bin/true
+ReturnToService=2
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+{node_lines}
+PartitionName=local Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory):
+    """A private cluster: munged, slurmctld and a slurmd per node, started from the folder's slurm.conf and stopped
+    (jobs cancelled, daemons terminated) whatever the test's outcome. Yields {env, nodes, root, version, logs}."""
+    root = tmp_path_factory.mktemp("slurm")  # short: Slurm and munge put Unix sockets (108-byte paths) in here
+    for sub in ("munge", "state", "log", "job"):
+        (root / sub).mkdir()
+    (root / "munge").chmod(0o700)
+    key = root / "munge" / "key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o600)
+    nodes = _node_names() or ["localhost"]
+    for name in nodes:
+        (root / "spool" / name).mkdir(parents=True)
+    conf = root / "slurm.conf"
+    conf.write_text(_slurm_conf(root, nodes, getpass.getuser()))
+    env = dict(os.environ, SLURM_CONF=str(conf))
+    procs = []
+
+    def start(name, *args, log):
+        out = open(root / "log" / log, "w")
+        procs.append(subprocess.Popen([_exe(name), *args], env=env, stdout=out, stderr=subprocess.STDOUT))
+        out.close()
+
+    def logs() -> str:
+        return "\n".join(_tail(p) for p in sorted((root / "log").iterdir()) + [root / "munge" / "log"])
+
+    try:
+        start("munged", "--foreground", "--force", f"--socket={root}/munge/socket", f"--key-file={key}",
+              f"--pid-file={root}/munge/pid", f"--log-file={root}/munge/log", f"--seed-file={root}/munge/seed",
+              log="munged.out")  # fmt: skip
+        deadline = time.time() + 10
+        while not (root / "munge" / "socket").exists() and procs[0].poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        if not (root / "munge" / "socket").exists():
+            pytest.skip(f"munged did not start:\n{logs()}")
+        start("slurmctld", "-D", log="slurmctld.out")
+        for name in nodes:
+            start("slurmd", "-D", "-N", name, log=f"slurmd-{name}.out")
+        deadline, states = time.time() + 60, ""
+        while time.time() < deadline:
+            if any(p.poll() is not None for p in procs):
+                break
+            sinfo = subprocess.run([_exe("sinfo"), "-h", "-N", "-o", "%N %T"], env=env, capture_output=True, text=True)
+            states = sinfo.stdout.strip()
+            if sum(line.endswith(" idle") for line in states.splitlines()) == len(nodes):
+                break
+            time.sleep(0.5)
+        else:
+            pytest.skip(f"local Slurm cluster did not come up in 60 s (nodes: {states!r}):\n{logs()}")
+        if any(p.poll() is not None for p in procs):
+            pytest.skip(f"a Slurm or munge daemon exited at start:\n{logs()}")
+        version = subprocess.run([_exe("slurmd"), "-V"], capture_output=True, text=True).stdout.strip()
+        yield {"env": env, "nodes": nodes, "root": root, "version": version, "logs": logs}
+    finally:
+        if len(procs) > 1:  # slurmctld was started: cancel what is left of the job, so its processes end too
+            try:
+                subprocess.run([_exe("scancel"), "--partition=local"], env=env, capture_output=True, timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
+        for proc in reversed(procs):  # slurmds, then slurmctld, then munged
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.mark.distributed
+def test_scaling_study_sbatch_runs_on_local_slurm(slurm_cluster, tmp_path):
+    nodes, root = slurm_cluster["nodes"], slurm_cluster["root"]
+    out = tmp_path / "study"
+    env = launch_env(
+        SLURM_CONF=slurm_cluster["env"]["SLURM_CONF"],
+        PYTHON=sys.executable,
+        OUT=str(out),
+        MASTER_PORT=str(free_port()),
+        STUDY_ARGS=STUDY_ARGS,
+        RECIPE_ARGS=RECIPE_ARGS,
+    )
+    # The script's own #SBATCH lines ask for 4 nodes x 8 GPUs x 64 CPUs; the command line overrides them.
+    cmd = [_exe("sbatch"), "--wait", f"--nodes={len(nodes)}", "--gpus-per-node=0", "--cpus-per-task=1",
+           f"--chdir={REPO}", f"--output={root}/job/%x-%j.out", str(SBATCH_SCRIPT)]  # fmt: skip
+    start = time.time()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=420, cwd=REPO)
+    wall = time.time() - start
+    submitted = re.search(r"Submitted batch job (\d+)", proc.stdout)
+    assert submitted, f"sbatch did not submit ({proc.returncode}): {proc.stderr}"
+    job_id = submitted.group(1)
+    job_out = root / "job" / f"vit-scaling-{job_id}.out"
+    detail = f"sbatch: {proc.returncode} {proc.stderr}\n{_tail(job_out, 60)}\n{slurm_cluster['logs']()}"
+    assert proc.returncode == 0, detail
+    state = subprocess.run(
+        [_exe("scontrol"), "show", "job", "-o", job_id], env=env, capture_output=True, text=True
+    ).stdout
+    assert "JobState=COMPLETED" in state and "ExitCode=0:0" in state and f"NumNodes={len(nodes)}" in state, state
+    # srun started the study once on every node (each slurmd log shows the launch of the job's step 0).
+    for name in nodes:
+        assert f"launch task StepId={job_id}.0 " in (root / "log" / f"slurmd-{name}.log").read_text(), detail
+    assert "1/1 runs ok" in job_out.read_text(), detail
+
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["status"], r["nodes"], r["world_size"]) for r in rows] == [("ok", str(len(nodes)), str(len(nodes)))]
+    report = load_throughput_report(out / "runs" / rows[0]["cell"] / "throughput.json")
+    assert report["setup"]["num_nodes"] == len(nodes)  # distinct (host, node rank): SLURM_NODEID reached torchrun
+    assert report["setup"]["world_size"] == len(nodes)
+    assert report["throughput"]["images_per_s"] > 0
+    print(f"{slurm_cluster['version']}, {len(nodes)} node(s) {nodes}: sbatch --wait took {wall:.0f} s")
