@@ -151,11 +151,10 @@ def summarise(timeline, steps) -> dict:
 
 def fsdp2_wrap(model, world_size: int):
     """FSDP2 full sharding as accelerate's `fsdp2_prepare_model` applies it for the Trainer's
-    `--fsdp "full_shard auto_wrap" --fsdp_config '{"version": 2, "transformer_layer_cls_to_wrap": ["ViTLayer"]}'`:
-    each ViTLayer and the input embeddings resharded after forward, the final LayerNorm kept unsharded until backward,
-    then the root. Done by hand because on a CPU the Trainer does not use FSDP at all: accelerate enables FSDP for
-    GPU-class devices only, and its MULTI_CPU setup wraps the model in DDP (checked: `trainer.is_fsdp_enabled` is
-    False and the wrapped model is DistributedDataParallel)."""
+    `--fsdp --fsdp_config fsdp_configs/fsdp2.json`: each ViTLayer and the input embeddings resharded after forward,
+    the final LayerNorm kept unsharded until backward, then the root. Done by hand because, when this benchmark was
+    written, the Trainer on a CPU did not use FSDP at all (accelerate enables FSDP for GPU-class devices only and
+    wrapped the model in DDP); the recipe now runs FSDP2 on CPU through `hf_vit_scaling.engine.select_fsdp_on_cpu`."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 

@@ -234,14 +234,15 @@ class DataArguments:
 
 @dataclass
 class EngineArguments:
-    """Which engine trains: DeepSpeed (a ds_config) or the plain Trainer; and sequence parallelism on DeepSpeed."""
+    """Which engine trains: DeepSpeed (a ds_config), FSDP2 (the Trainer's --fsdp --fsdp_config
+    fsdp_configs/fsdp2.json) or the plain Trainer; and sequence parallelism on DeepSpeed."""
 
     ds_config: str | None = field(
         default=None,
         metadata={
             "help": "DeepSpeed JSON config (see ds_configs/). Feeds TrainingArguments.deepspeed; without "
-            "it (and without "
-            "--deepspeed) the plain Trainer runs (DDP when several processes are launched)."
+            "it (and without --deepspeed or --fsdp) the plain Trainer runs (DDP when several processes are "
+            "launched). FSDP2 instead: --fsdp --fsdp_config fsdp_configs/fsdp2.json (see fsdp_configs/README.md)."
         },
     )
     sequence_parallel_size: int = field(
@@ -389,6 +390,18 @@ def _resolve_ds_config(values: dict) -> None:
         ensure_single_process_env()
 
 
+def check_fsdp_config_file(path) -> None:
+    """TrainingArguments opens --fsdp_config with a bare open()/json.load: name the flag and the fix instead."""
+    if not isinstance(path, str) or path.lstrip().startswith("{"):
+        return
+    if not os.path.isfile(path):
+        raise UserInputError(f"--fsdp_config {path!r} does not exist. Fix: pass a file from fsdp_configs/.")
+    try:
+        _read_args_file(path)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserInputError(f"--fsdp_config {path!r} is not valid JSON ({err}). Fix: correct the file.") from err
+
+
 def _option_value(argv: list[str], name: str) -> str | None:
     for i, arg in enumerate(argv):
         if arg == name and i + 1 < len(argv):
@@ -419,6 +432,7 @@ def _parse_args_file(parser: HfArgumentParser, path: str, overrides: list[str]) 
             values[key] = given
     if "-h" not in overrides and "--help" not in overrides:
         _resolve_ds_config(values)
+        check_fsdp_config_file(_option_value(overrides, "--fsdp_config") or values.get("fsdp_config"))
     # Without an accelerator, accelerate only sets up a multi-process (gloo) world when told it runs on CPU.
     values.setdefault("use_cpu", not has_accelerator())
     if not overrides:
@@ -444,6 +458,7 @@ def _parse(argv: list[str]) -> tuple:
     values = {"ds_config": _option_value(argv, "--ds_config"), "deepspeed": _option_value(argv, "--deepspeed")}
     if "-h" not in argv and "--help" not in argv:
         _resolve_ds_config(values)
+        check_fsdp_config_file(_option_value(argv, "--fsdp_config"))
     if values.get("deepspeed") and "--deepspeed" not in argv:
         argv += ["--deepspeed", values["deepspeed"]]
     if "--use_cpu" not in argv and not has_accelerator():
@@ -543,10 +558,39 @@ def check_class_weighting(args: RecipeArguments) -> None:
         )
 
 
+def check_fsdp(args: RecipeArguments) -> None:
+    """FSDP2 (`--fsdp --fsdp_config fsdp_configs/fsdp2.json`): refuse, before loading, what it cannot run here."""
+    training = args.training
+    plugin = training.fsdp_plugin_args
+    if not plugin:
+        if training.fsdp_config:  # TrainingArguments reads it only with --fsdp: the run would silently be DDP
+            raise UserInputError(
+                "--fsdp_config is read only with --fsdp. Fix: add --fsdp "
+                "(e.g. --fsdp --fsdp_config fsdp_configs/fsdp2.json)."
+            )
+        return
+    refusals = [
+        (training.deepspeed, "--fsdp and --ds_config are two engines. Fix: pass one of them."),
+        (plugin["fsdp_version"] != 2, 'the recipe runs FSDP2 only. Fix: set "version": 2 in --fsdp_config.'),
+        (training.world_size < 2, "--fsdp shards over the processes of a distributed run and this is 1 process. "
+         "Fix: launch 2 or more (torchrun --nproc_per_node N, accelerate launch --multi_gpu) or drop --fsdp."),
+        (args.regularization.ema_decay, "--ema_decay keeps a whole float32 copy of every parameter on each rank, "
+         "and FSDP2 gives each rank only its shard. Fix: drop --ema_decay, or use ds_configs/zero2.json."),
+        (args.cluster.balance_batches == "calibrate", "--balance_batches calibrate runs the model alone on each "
+         "rank, and FSDP2 shards its parameters. Fix: pass explicit shares (e.g. --balance_batches 1,2)."),
+        (plugin.get("activation_checkpointing") and training.gradient_checkpointing, "--gradient_checkpointing "
+         "and the fsdp_config's activation_checkpointing both checkpoint activations. Fix: keep one of them."),
+    ]  # fmt: skip
+    for refused, reason in refusals:
+        if refused:
+            raise UserInputError(f"--fsdp: {reason}")
+
+
 def validate_args(args: RecipeArguments) -> None:
     """Checks across argument groups (each group's own checks ran in its __post_init__)."""
     training = args.training
     check_training_numbers(training)
+    check_fsdp(args)
     check_nonfinite_policy(args.reliability, training)
     check_ds_config_against_flags(training)
     check_balance_batches(args.cluster.balance_batches, training)

@@ -45,6 +45,13 @@ def _rows(values: dict) -> str:
     return "\n".join(f"| {key} | {value} |" for key, value in values.items())
 
 
+def engine_desc(setup: dict, ds_config: str | None) -> str:
+    """ " + DeepSpeed `zero2.json`", " + PyTorch FSDP2" or "" (the plain Trainer) for the card's first line."""
+    if ds_config:
+        return f" + DeepSpeed `{os.path.basename(ds_config)}`"
+    return " + PyTorch FSDP2" if str(setup.get("engine", "")).startswith("FSDP2") else ""
+
+
 def render_model_card(info: dict) -> str:
     """Markdown card from the facts the recipe collected (keys: see `write_model_card`)."""
     metrics = {k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in info["metrics"].items()}
@@ -59,7 +66,7 @@ def render_model_card(info: dict) -> str:
         model_desc=info["model_desc"],
         dataset=dataset,
         datasets_yaml=datasets_yaml,
-        ds_desc=f" + DeepSpeed `{os.path.basename(ds_config)}`" if ds_config else "",
+        ds_desc=engine_desc(info["setup"], ds_config),
         eval_split_size=info["eval_split_size"],
         metrics_rows=_rows(metrics),
         setup_rows=_rows(info["setup"]),

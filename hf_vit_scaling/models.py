@@ -10,6 +10,7 @@ from transformers import AutoModelForImageClassification, ViTConfig, ViTForImage
 from transformers.utils import cached_file, is_torchvision_available
 
 from .errors import UserInputError
+from .log import logger
 
 # Standard sizes: ViT-B/L/H from Dosovitskiy et al. 2021 (Table 1), Ti/S from DeiT (Touvron et al. 2021).
 # vit-tiny-cpu is CPU-sized, for tests and the README's main job: 32 px, patch 4 -> 64 patches + CLS = 65 tokens.
@@ -131,15 +132,24 @@ def _checkpoint_files(name_or_path: str, revision: str, cache_dir: str | None) -
     )
 
 
-def load_backbone_state_dict(name_or_path: str, revision: str = "main", cache_dir: str | None = None) -> dict:
-    """The checkpoint's weights without its classification head (safetensors, or `weights_only` torch loading)."""
+def load_backbone_state_dict(
+    name_or_path: str, revision: str = "main", cache_dir: str | None = None, keep_head: bool = False
+) -> dict:
+    """The checkpoint's weights (safetensors, or `weights_only` torch loading), without its classification head
+    unless `keep_head`."""
     state_dict = {}
     for path in _checkpoint_files(name_or_path, revision, cache_dir):
         if path.endswith(".safetensors"):
             state_dict.update(load_file(path))
         else:
             state_dict.update(torch.load(path, map_location="cpu", weights_only=True))
-    return {k: v for k, v in state_dict.items() if not k.startswith(HEAD_PREFIXES)}
+    return {k: v for k, v in state_dict.items() if keep_head or not k.startswith(HEAD_PREFIXES)}
+
+
+def same_labels(name_or_path: str, label_names: list[str], revision: str, cache_dir: str | None) -> bool:
+    """Whether the checkpoint was trained on exactly these classes, in this order (then its head still fits)."""
+    saved = ViTConfig.from_pretrained(name_or_path, revision=revision, cache_dir=cache_dir).id2label
+    return [saved.get(i) for i in range(len(saved))] == list(label_names)
 
 
 def interpolate_position_embeddings(state_dict: dict, config: ViTConfig, image_size: int) -> None:
@@ -165,7 +175,8 @@ def load_model_for_finetuning(
     attn_implementation: str = "sdpa",
     image_size: int | None = None,
 ):
-    """A pretrained ViT with a new head sized to `label_names`, correct under ZeRO-3 too.
+    """A pretrained ViT with a new head sized to `label_names`, correct under ZeRO-3 too. A checkpoint trained on
+    the same classes in the same order keeps its head (continued training, e.g. at a higher resolution).
 
     `ignore_mismatched_sizes=True` is not used: under ZeRO-3 the mismatched head is marked as loaded and never
     initialised (transformers issue 17336). Instead the head's keys are dropped from the state dict, so the head is a
@@ -176,7 +187,10 @@ def load_model_for_finetuning(
             f"--model_name_or_path {name_or_path!r} has no config.json. Fix: pass a saved model folder."
         )
     config = ViTConfig.from_pretrained(name_or_path, revision=revision, cache_dir=cache_dir, **label_maps(label_names))
-    state_dict = load_backbone_state_dict(name_or_path, revision, cache_dir)
+    keep_head = same_labels(name_or_path, label_names, revision, cache_dir)
+    if keep_head:
+        logger.info(f"{name_or_path} was trained on the same {len(label_names)} classes: its head is kept.")
+    state_dict = load_backbone_state_dict(name_or_path, revision, cache_dir, keep_head)
     if image_size and image_size != config.image_size:  # high-resolution fine-tuning from e.g. a 224 px checkpoint
         if image_size % config.patch_size:
             raise UserInputError(

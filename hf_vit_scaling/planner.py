@@ -2,7 +2,7 @@
 
 Engines (one code path each, as the recipe runs them): plain DDP (the Trainer without DeepSpeed), DeepSpeed ZeRO-1,
 ZeRO-2, ZeRO-2 with the optimizer offloaded to the CPU, ZeRO-3, ZeRO-3 with parameters and optimizer offloaded, and
-FSDP2 full sharding (the Trainer's `--fsdp "full_shard auto_wrap"` with `"version": 2`).
+FSDP2 full sharding (the Trainer's `--fsdp --fsdp_config fsdp_configs/fsdp2.json`).
 
 Memory per rank, in five parts plus a margin
 --------------------------------------------
@@ -72,8 +72,7 @@ ENGINE_FLAGS = {
     "zero2_offload": "--ds_config ds_configs/zero2_offload.json",
     "zero3": "--ds_config ds_configs/zero3.json",
     "zero3_offload": "--ds_config ds_configs/zero3_offload.json",
-    "fsdp2": '--fsdp "full_shard auto_wrap" --fsdp_config '
-    '\'{"version": 2, "transformer_layer_cls_to_wrap": ["ViTLayer"]}\'',
+    "fsdp2": "--fsdp --fsdp_config fsdp_configs/fsdp2.json",
 }
 PRECISIONS = ("bf16", "fp32")
 

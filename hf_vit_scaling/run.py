@@ -1,6 +1,6 @@
 """The recipe's building blocks, in the order `recipes/train_vit.py` calls them.
 
-1. `prepare_world(args)`: the engine (DeepSpeed or the plain Trainer) and its communication, the learning rate
+1. `prepare_world(args)`: the engine (DeepSpeed, FSDP2 or the plain Trainer) and its communication, the learning rate
    for the global batch, sequence-parallel groups, and the checkpoint to resume from; all before the model exists
    (ZeRO-3 builds it partitioned over the world).
 2. `build_model(model_args, label_names)`: a preset from scratch or a checkpoint with a new head.
@@ -91,7 +91,7 @@ def prepare_world(args) -> World:
     sp_size = args.engine.sequence_parallel_size
     lr_info = apply_lr_scaling(training, args.lr.lr_scaling, args.lr.reference_batch_size, sp_size)
     engine = engine_of(training)
-    start_engine(engine)
+    start_engine(engine, training)
     sequence_parallel = setup_sequence_parallel(sp_size, engine.ds_config, training)
     resume_from = resume_checkpoint(training, engine)
     check_regularization(args.regularization, resume_from=resume_from)  # the EMA state must be there
@@ -215,7 +215,8 @@ def model_card_facts(args, world: World, data, model, model_desc: str) -> dict:
             "image size": model.config.image_size,
             "patch size": model.config.patch_size,
             "classes": len(data.label_names),
-            "ds_config": world.engine.ds_config_path or "none (plain Trainer)",
+            "engine": world.engine.describe(),
+            "ds_config": world.engine.ds_config_path or "none",
             "world size": training.world_size,
             "per-device batch": training.per_device_train_batch_size,
             "gradient accumulation": gas,

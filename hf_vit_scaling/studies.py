@@ -122,7 +122,7 @@ STUDY_COLUMNS = [
     ("per-device batch", "per_device_batch", ""),
     ("accum", "grad_accum", ""),
     ("global batch", "global_batch", ""),
-    ("ds_config", "ds_config", ""),
+    ("engine", "ds_config", ""),
     ("status", "status", ""),
     ("epoch time (s)", "epoch_time_s", ".4g"),
     ("images/s", "images_per_s", ".4g"),

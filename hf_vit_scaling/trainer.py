@@ -271,6 +271,17 @@ class VitTrainer(Trainer):
 
     # ------------------------------------------------------------------ checkpoints
 
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """The Trainer's save; with FSDP2 and SHARDED_STATE_DICT it writes nothing for the final model (checkpoints
+        keep their per-rank shards), so gather the full state dict there (a collective) and save plain
+        safetensors, as FULL_STATE_DICT does."""
+        super().save_model(output_dir, _internal_call)
+        if not _internal_call and self._fsdp_saves_shards():
+            self._save(output_dir, state_dict=self.accelerator.get_state_dict(self.model))
+
+    def _fsdp_saves_shards(self) -> bool:
+        return self.is_fsdp_enabled and "SHARDED" in str(self.accelerator.state.fsdp_plugin.state_dict_type)
+
     def _save_checkpoint(self, model, trial):
         run_dir = self._get_output_dir(trial=trial)
         folder = os.path.join(run_dir, f"checkpoint-{self.state.global_step}")

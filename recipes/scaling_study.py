@@ -64,8 +64,9 @@ class StudyArguments:
     ds_configs: str = field(
         default="zero0",
         metadata={
-            "help": "ds_configs/ names, comma-separated ('none' = plain Trainer). --study zero default: "
-            "zero0,zero1,zero2,zero2_offload,zero3,zero3_offload."
+            "help": "Engines, comma-separated: ds_configs/ names, fsdp_configs/ names (FSDP2, 2+ processes only) or "
+            "'none' (plain Trainer). --study zero default: zero0,zero1,zero2,zero2_offload,zero3,zero3_offload,"
+            "fsdp2,fsdp2_offload."
         },
     )
     simulate_slow_ranks: str = field(
@@ -97,16 +98,31 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def is_fsdp(name: str) -> bool:
+    return name.startswith("fsdp")
+
+
+def engine_flags(name: str) -> list[str]:
+    """The recipe's flags for one engine name of --ds_configs."""
+    if name == "none":
+        return []
+    if is_fsdp(name):
+        return ["--fsdp", "--fsdp_config", str(RECIPE.parents[1] / "fsdp_configs" / f"{name}.json")]
+    return ["--ds_config", str(RECIPE.parents[1] / "ds_configs" / f"{name}.json")]
+
+
 def build_grid(a: StudyArguments) -> list[dict]:
     """One dict per run: processes, per-device batch, accumulation, ds_config, slow ranks, data fraction."""
     configs = [c for c in a.ds_configs.split(",") if c]
     if a.study == "zero" and a.ds_configs == "zero0":
-        configs = ["zero0", "zero1", "zero2", "zero2_offload", "zero3", "zero3_offload"]
+        configs = ["zero0", "zero1", "zero2", "zero2_offload", "zero3", "zero3_offload", "fsdp2", "fsdp2_offload"]
     slow = [("" if s.strip() == "none" else s.strip()) for s in a.simulate_slow_ranks.split(";") if s.strip()] or [""]
     grid = []
     for n in _ints(a.processes):
         world = n * a.nnodes
         for ds in configs:
+            if is_fsdp(ds) and world < 2:
+                continue  # FSDP2 shards over processes: the recipe refuses it on one
             for sl in slow:
                 base = dict(
                     processes=n,
@@ -201,8 +217,7 @@ def cell_command(a: StudyArguments, cell: dict, index: int, run_dir: str, extra:
         str(cell["grad_accum"]),
         *"--save_strategy no --report_to none --disable_tqdm true".split(),
     ]
-    if cell["ds_config"] != "none":
-        args += ["--ds_config", str(RECIPE.parents[1] / "ds_configs" / f"{cell['ds_config']}.json")]
+    args += engine_flags(cell["ds_config"])
     if cell["fraction"] is not None:
         args += ["--max_train_samples", str(max(1, int(cell["fraction"] * n_train)))]
     if cell["slow"]:
@@ -313,7 +328,8 @@ def caption(a: StudyArguments, rows: list[dict], extra: list[str]) -> str:
         f"Hardware: {platform.node()}, {os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
         f"{a.threads_per_process} thread(s) per process{', pinned' if a.pin_cores else ''}, {a.nnodes} node(s). "
         f"Versions: torch {torch.__version__}, transformers {transformers.__version__}, deepspeed {ds_version}. "
-        f"ZeRO: {a.ds_configs if a.study != 'zero' else 'per row'}. Run arguments: {' '.join(extra) or '(defaults)'}. "
+        f"Engine: {a.ds_configs if a.study != 'zero' else 'per row'}. "
+        f"Run arguments: {' '.join(extra) or '(defaults)'}. "
         "Method: each cell is a separate launched run; images/s from its throughput report (warm-up steps "
         "excluded); epoch time = training images / images/s."
     )
@@ -337,7 +353,8 @@ def write_report(a: StudyArguments, rows: list[dict], extra: list[str]) -> None:
         "weak": "Weak scaling: fixed per-device batch, data grows with N; efficiency = T1 / TN.",
         "batch": "Batch-size sweep: speedup and efficiency against 1 process at the same per-device batch.",
         "accumulation": "Accumulation sweep: images/s as accumulation steps grow.",
-        "zero": "ZeRO comparison at fixed settings: throughput and peak memory per device.",
+        "zero": "Engine comparison (ZeRO 0-3 and offload, FSDP2) at fixed settings: throughput and peak memory per "
+        "device.",
     }[kind]
     failed = [r for r in rows if r.get("status") != "ok"]
     text = [f"# {kind} study", "", definition, "", markdown_table(rows, STUDY_COLUMNS), ""]

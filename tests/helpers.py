@@ -20,6 +20,7 @@ RECIPE = REPO / "recipes" / "train_vit.py"
 PREPARE = REPO / "recipes" / "prepare_shards.py"
 STUDY = REPO / "recipes" / "scaling_study.py"
 DS_CONFIGS = REPO / "ds_configs"
+FSDP_CONFIGS = REPO / "fsdp_configs"
 WORKERS = Path(__file__).resolve().parent / "launched" / "workers"
 BIN = Path(sys.executable).parent
 
@@ -349,3 +350,25 @@ def run_script(
     proc = run([*launcher_cmd(launcher, nproc), script, *args], timeout=timeout, cwd=tmp_path)
     assert proc.returncode == 0, f"{name} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return proc
+
+
+def fsdp_args(name: str = "fsdp2") -> list[str]:
+    """The recipe's flags for FSDP2 with fsdp_configs/<name>.json."""
+    return ["--fsdp", "--fsdp_config", str(FSDP_CONFIGS / f"{name}.json")]
+
+
+# Classify one 8x8 grayscale image with the saved model through `transformers.pipeline` (a fresh process).
+CLASSIFY_WITH_PIPELINE = """
+import json
+import sys
+
+import numpy as np
+import transformers
+from PIL import Image
+
+classifier = transformers.pipeline("image-classification", model=sys.argv[1])
+image = Image.fromarray((np.arange(64).reshape(8, 8) * 4).astype(np.uint8), mode="L")  # 8x8 grayscale
+predictions = classifier(image)
+print(json.dumps({"predictions": predictions, "id2label": classifier.model.config.id2label,
+                  "dtype": str(classifier.model.dtype)}))
+"""

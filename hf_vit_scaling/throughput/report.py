@@ -9,7 +9,8 @@ def format_report(report: dict) -> str:
     """A readable table of the report, printed once by the main process."""
     s, t, st, fl, mem, rk = (report[k] for k in ("setup", "throughput", "step_time_s", "flops", "memory", "ranks"))
     sp = s["sequence_parallel_size"]
-    zero = "none (plain Trainer)" if s["zero_stage"] is None else f"ZeRO-{s['zero_stage']}"
+    engines = {"fsdp": "FSDP2", "trainer": "plain Trainer (DDP)" if s["world_size"] > 1 else "plain Trainer"}
+    zero = f"ZeRO-{s['zero_stage']}" if s["zero_stage"] is not None else engines.get(s["engine"], s["engine"])
     if s["offload"]:
         zero += " + offload " + ", ".join(f"{k}->{v}" for k, v in s["offload"].items())
     lines = [

@@ -10,7 +10,7 @@ REPORT_FILENAME = "throughput.json"
 
 REPORT_SCHEMA: dict[str, dict[str, str]] = {
     "setup": {
-        "engine": "deepspeed or trainer (the plain Trainer: DDP with several processes)",
+        "engine": "deepspeed, fsdp (FSDP2) or trainer (the plain Trainer: DDP with several processes)",
         "world_size": "processes in the run",
         "num_nodes": "distinct nodes (host + launcher node rank)",
         "per_device_train_batch_size": "micro-batch per process",

@@ -7,7 +7,7 @@ import json
 import pytest
 from datasets import Value
 
-from tests.helpers import error_lines, make_image_folder, make_saved_dataset, run_recipe
+from tests.helpers import FSDP_CONFIGS, error_lines, fsdp_args, make_image_folder, make_saved_dataset, run_recipe
 
 CASES = {
     "missing ds_config": (
@@ -53,6 +53,24 @@ CASES = {
         ],
         ["bad_photo.jpg", "cannot be decoded", "--on_bad_image skip"],
     ),
+    "fsdp_config without --fsdp": (
+        lambda t: ["--fsdp_config", str(FSDP_CONFIGS / "fsdp2.json")],
+        ["--fsdp_config is read only with --fsdp", "Fix: add --fsdp"],
+    ),
+    "missing fsdp_config": (
+        lambda t: ["--fsdp", "--fsdp_config", str(t / "nope.json")],
+        ["nope.json", "does not exist"],
+    ),
+    "fsdp_config not JSON": (
+        lambda t: ["--fsdp", "--fsdp_config", str(t / "bad.json")],
+        ["bad.json", "not valid JSON"],
+    ),
+    "fsdp version 1": (lambda t: ["--fsdp", "--fsdp_config", str(t / "v1.json")], ["FSDP2 only", '"version": 2']),
+    "fsdp and ds_config": (
+        lambda t: [*fsdp_args(), "--ds_config", "ds_configs/zero2.json"],
+        ["--fsdp and --ds_config are two engines", "Fix: pass one"],
+    ),
+    "fsdp on one process": (lambda t: fsdp_args(), ["--fsdp", "this is 1 process", "Fix: launch 2 or more"]),
     "preset and checkpoint": (
         lambda t: ["--model_preset", "vit-b-16", "--model_name_or_path", "google/vit-base-patch16-224"],
         ["--model_preset", "--model_name_or_path", "exclusive"],
@@ -63,6 +81,7 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_is_refused_clearly(tmp_path, case):
     (tmp_path / "bad.json").write_text("{ this is not json")
+    (tmp_path / "v1.json").write_text(json.dumps({"version": 1, "transformer_layer_cls_to_wrap": ["ViTLayer"]}))
     (tmp_path / "stage5.json").write_text(json.dumps({"zero_optimization": {"stage": 5}}))
     (tmp_path / "conflict.json").write_text(
         json.dumps(
@@ -100,5 +119,26 @@ def test_bad_balance_batches_is_refused_before_loading(tmp_path, args, expected)
     for text in expected:
         assert text in errors[0], errors[0]
     # torchrun prints its own ChildFailedError traceback for the exit code 2; the recipe itself must not crash.
+    assert 'train_vit.py", line' not in proc.stderr
+    assert not out.exists() or list(out.rglob("*")) == []
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--ema_decay", "0.99"], ["--ema_decay", "only its shard", "Fix: drop --ema_decay"]),
+        (["--balance_batches", "calibrate"], ["calibrate", "Fix: pass explicit shares"]),
+    ],
+    ids=["ema", "calibrate"],
+)
+def test_fsdp2_refuses_what_it_cannot_run_before_loading(tmp_path, args, expected):
+    out = tmp_path / "out"
+    proc = run_recipe(out, *fsdp_args(), *args, "--max_steps", "2", launcher="torchrun", nproc=2, check=False)
+    assert proc.returncode != 0
+    errors = error_lines(proc.stderr, prefix="error: --fsdp")
+    assert len(errors) == 1, proc.stderr[-3000:]  # printed once, by the main process
+    for text in expected:
+        assert text in errors[0], errors[0]
     assert 'train_vit.py", line' not in proc.stderr
     assert not out.exists() or list(out.rglob("*")) == []

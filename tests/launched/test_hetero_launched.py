@@ -8,7 +8,7 @@ from transformers import set_seed
 
 from hf_vit_scaling.hetero import split_batch
 from hf_vit_scaling.models import build_model_from_preset, preset_config
-from tests.helpers import REPO, read_json, run_recipe
+from tests.helpers import REPO, fsdp_args, read_json, run_recipe
 
 SGD_ONE_STEP = [
     "--max_steps",
@@ -42,8 +42,9 @@ SGD_ONE_STEP = [
         ("zero2.json", []),
         # Without the Trainer's global item count, VitTrainer's own loss weights b_r x W / B do the work.
         (None, ["--average_tokens_across_devices", "false"]),
+        (None, fsdp_args()),  # FSDP2's reduce-scatter averages over ranks as DDP's all-reduce does
     ],
-    ids=["ddp", "zero2", "ddp-own-weights"],
+    ids=["ddp", "zero2", "ddp-own-weights", "fsdp2"],
 )
 def test_uneven_batches_give_the_same_gradient(tmp_path, ds_config, more):
     """One SGD step with lr 1 moves the weights by exactly the gradient: equal vs uneven per-rank batches over the

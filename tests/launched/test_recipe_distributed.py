@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import (
+    CLASSIFY_WITH_PIPELINE,
     DS_CONFIGS,
     MIXED,
     RECIPE,
@@ -95,22 +96,6 @@ def evaluate_saved_model(tmp_path, output_dir, recipe_args: list[str]) -> dict:
             json.dumps([*TINY_ARGS, *recipe_args]),
         )
     )
-
-
-CLASSIFY_WITH_PIPELINE = """
-import json
-import sys
-
-import numpy as np
-import transformers
-from PIL import Image
-
-classifier = transformers.pipeline("image-classification", model=sys.argv[1])
-image = Image.fromarray((np.arange(64).reshape(8, 8) * 4).astype(np.uint8), mode="L")  # 8x8 grayscale
-predictions = classifier(image)
-print(json.dumps({"predictions": predictions, "id2label": classifier.model.config.id2label,
-                  "dtype": str(classifier.model.dtype)}))
-"""
 
 
 SAFETENSORS_DTYPES = """
@@ -329,7 +314,7 @@ def test_plain_ddp_two_processes(tmp_path):
     assert setup["global_batch_size"] == 32
     assert "no DeepSpeed, 2 process(es)" in proc.stdout
     card = (out / "README.md").read_text(encoding="utf-8")
-    assert "| ds_config | none (plain Trainer) |" in card and "| world size | 2 |" in card
+    assert "| engine | none (plain Trainer) |" in card and "| world size | 2 |" in card
 
 
 # --------------------------------------------------------------------------- 8. two nodes on one machine

@@ -20,7 +20,16 @@ from safetensors.torch import load_file
 
 from hf_vit_scaling.checkpoints import checkpoint_problem
 from hf_vit_scaling.faults import FAULTS_ENV
-from tests.helpers import DS_CONFIGS, TINY_ARGS, logged_losses, printed_json, read_json, run_recipe, run_script
+from tests.helpers import (
+    DS_CONFIGS,
+    TINY_ARGS,
+    fsdp_args,
+    logged_losses,
+    printed_json,
+    read_json,
+    run_recipe,
+    run_script,
+)
 
 pytestmark = pytest.mark.distributed
 
@@ -116,8 +125,8 @@ def expected_lr(name: str) -> float:
 
 @pytest.mark.parametrize(
     "engine, launcher, nproc",
-    [([], "python", 1), (ZERO2, "torchrun", 2)],
-    ids=["trainer-1-process", "zero2-2-processes"],
+    [([], "python", 1), (ZERO2, "torchrun", 2), (fsdp_args(), "torchrun", 2)],
+    ids=["trainer-1-process", "zero2-2-processes", "fsdp2-2-processes"],
 )
 def test_layer_decay_gives_each_parameter_group_its_lr(engine, launcher, nproc, tmp_path):
     out = tmp_path / "run"
@@ -125,9 +134,9 @@ def test_layer_decay_gives_each_parameter_group_its_lr(engine, launcher, nproc, 
 
     report = read_json(out / "layer_decay_groups.json")
     assert report["step"] == 1 and report["world_size"] == nproc and report["same_on_every_rank"]
-    if engine:  # the lrs DeepSpeed's ZeRO optimizer steps with, not only the groups handed to it
+    if engine == ZERO2:  # the lrs DeepSpeed's ZeRO optimizer steps with, not only the groups handed to it
         assert "DeepSpeedZeroOptimizer" in report["optimizer"] and report["optimizer"][-1] == "AdamW"
-    else:
+    else:  # the Trainer's AdamW (under FSDP2: over the sharded parameters, in the same groups)
         assert not any("DeepSpeed" in name for name in report["optimizer"])
     for group in report["groups"]:
         for name in group["params"]:

@@ -24,6 +24,7 @@ from tests.helpers import (
     TINY_ARGS,
     error_lines,
     free_port,
+    fsdp_args,
     logged_losses,
     make_image_folder,
     read_json,
@@ -56,6 +57,7 @@ SCHEDULE = [
 ]
 ZERO2 = ["--ds_config", str(DS_CONFIGS / "zero2.json")]
 ZERO3 = ["--ds_config", str(DS_CONFIGS / "zero3.json")]
+FSDP2_SHARDED = fsdp_args("fsdp2_sharded")  # per-rank checkpoint shards (torch.distributed.checkpoint)
 FAULTS = "HF_VIT_SCALING_FAULTS"
 
 
@@ -125,6 +127,27 @@ def test_zero2_sigkill_one_rank_then_resume_from_checkpoint(ref_zero2, tmp_path)
     )
     assert f"resuming from {out / 'checkpoint-8'}" in resumed.stdout
     assert_same_run(ref_zero2, out)
+
+
+def test_fsdp2_sigkill_one_rank_then_resume_from_sharded_checkpoint(tmp_path_factory, tmp_path):
+    reference = reference_run(tmp_path_factory, "ref_fsdp2", *FSDP2_SHARDED)
+    out = tmp_path / "run"
+    kill = {FAULTS: f"sigkill@{KILL_AT}:rank1"}
+    killed = run_recipe(out, *FSDP2_SHARDED, *SCHEDULE, launcher="torchrun", nproc=2, check=False, **kill)
+    assert killed.returncode != 0 and "exitcode: -9" in killed.stderr
+    assert checkpoint_problem(out / "checkpoint-8") is None and not (out / "checkpoint-12").exists()
+    assert sorted(p.name for p in (out / "checkpoint-8" / "pytorch_model_fsdp_0").glob("*.distcp")) == [
+        "__0_0.distcp",
+        "__1_0.distcp",
+    ]
+
+    resumed = run_recipe(
+        out, *FSDP2_SHARDED, *SCHEDULE, "--resume_from_checkpoint", "latest", launcher="torchrun", nproc=2
+    )
+    assert f"resuming from {out / 'checkpoint-8'}" in resumed.stdout
+    assert_same_run(reference, out)
+    # Every logged loss after the resume point equals the uninterrupted run's, not only the last one.
+    assert logged_losses(out)[-(STEPS - 8) :] == pytest.approx(logged_losses(reference)[-(STEPS - 8) :], rel=1e-5)
 
 
 def test_zero3_torchrun_restarts_killed_job_from_latest_checkpoint(tmp_path_factory, tmp_path):

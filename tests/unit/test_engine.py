@@ -16,7 +16,7 @@ def test_deepspeed_engine_from_training_arguments():
 
 
 def test_plain_trainer_engine():
-    engine = engine_of(SimpleNamespace(deepspeed=None))
+    engine = engine_of(SimpleNamespace(deepspeed=None, fsdp_plugin_args=None))
     assert engine == Engine("trainer") and engine.zero_stage is None and engine.offload == {}
     assert engine.label() == "no DeepSpeed"
 
@@ -25,3 +25,24 @@ def test_a_config_given_as_a_dict_has_no_path():
     zero3 = {"zero_optimization": {"stage": 3}}
     args = SimpleNamespace(deepspeed=zero3, hf_deepspeed_config=SimpleNamespace(config=zero3))
     assert engine_of(args).ds_config_path is None and engine_of(args).label() == "ZeRO-3"
+
+
+FSDP2_PLUGIN = {"fsdp_version": 2, "transformer_cls_names_to_wrap": "ViTLayer", "state_dict_type": "FULL_STATE_DICT",
+                "reshard_after_forward": True}  # fmt: skip
+
+
+def test_fsdp2_engine_from_training_arguments():
+    engine = engine_of(SimpleNamespace(deepspeed=None, fsdp_plugin_args=FSDP2_PLUGIN))
+    assert engine.kind == "fsdp" and engine.label() == "FSDP2" and engine.zero_stage is None and engine.offload == {}
+    assert engine.describe() == "FSDP2 (fully_shard per ViTLayer, parameters resharded after forward, FULL_STATE_DICT)"
+
+
+def test_fsdp2_offload_is_named_like_deepspeed_offload():
+    engine = engine_of(SimpleNamespace(deepspeed=None, fsdp_plugin_args=FSDP2_PLUGIN | {"cpu_offload": True}))
+    assert engine.label() == "FSDP2 + CPU offload" and engine.offload == {"optimizer": "cpu", "param": "cpu"}
+
+
+def test_deepspeed_wins_only_when_given():
+    args = SimpleNamespace(deepspeed="z.json", hf_deepspeed_config=SimpleNamespace(config=OFFLOAD_ZERO2),
+                           fsdp_plugin_args=None)  # fmt: skip
+    assert engine_of(args).kind == "deepspeed"

@@ -5,7 +5,9 @@ import pytest
 
 from hf_vit_scaling.model_card import render_model_card, write_model_card
 
-PLAIN_TRAINER = "none (plain Trainer)"  # what recipes/train_vit.py puts in setup["ds_config"] without --ds_config
+PLAIN_TRAINER = {"engine": "none (plain Trainer)", "ds_config": "none"}  # recipes/train_vit.py without --ds_config
+FSDP2 = {"engine": "FSDP2 (fully_shard per ViTLayer, parameters resharded after forward, FULL_STATE_DICT)",
+         "ds_config": "none"}  # fmt: skip
 
 
 def _info(**overrides) -> dict:
@@ -62,9 +64,17 @@ def test_relative_local_dataset_path_is_not_listed_as_a_hub_dataset(tmp_path, mo
 
 
 def test_plain_trainer_card_does_not_claim_deepspeed():
-    card = render_model_card(_info(setup={"ds_config": PLAIN_TRAINER, "world size": 2}))
-    assert f"| ds_config | {PLAIN_TRAINER} |" in card
-    assert "DeepSpeed" not in card.split("## Results")[0].split("---\n")[2]  # the intro, after the metadata
+    card = render_model_card(_info(setup=PLAIN_TRAINER | {"world size": 2}))
+    assert "| engine | none (plain Trainer) |" in card
+    intro = card.split("## Results")[0].split("---\n")[2]  # the intro, after the metadata
+    assert "DeepSpeed" not in intro and "FSDP2" not in intro
+
+
+def test_fsdp2_card_names_fsdp2_not_deepspeed():
+    card = render_model_card(_info(setup=FSDP2 | {"world size": 2}))
+    intro = card.split("## Results")[0].split("---\n")[2]
+    assert "Hugging Face Trainer + PyTorch FSDP2" in intro and "DeepSpeed" not in intro
+    assert f"| engine | {FSDP2['engine']} |" in card
 
 
 def test_load_path_is_the_hub_id_when_pushed_else_the_model_name():

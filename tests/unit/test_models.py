@@ -44,6 +44,21 @@ def test_finetuning_keeps_backbone_and_builds_a_new_head(tmp_path):
     assert 0.0 < std < 0.1  # initialised (initializer_range 0.02), not garbage or zeros
 
 
+@pytest.mark.parametrize(
+    "labels, kept",
+    [(["LABEL_0", "LABEL_1", "LABEL_2"], True), (["LABEL_0", "LABEL_2", "LABEL_1"], False),
+     (["LABEL_0", "LABEL_1", "other"], False)],
+    ids=["same", "reordered", "renamed"],
+)  # fmt: skip
+def test_a_checkpoint_of_the_same_classes_keeps_its_head(tmp_path, labels, kept):
+    """Same classes in the same order: the head still fits and is kept (continued training). Any other label map:
+    the classes' ids mean something else, so the head is new even though its shape matches."""
+    original = save_tiny_pretrained_vit(tmp_path / "ckpt")  # 3 classes, transformers' default names LABEL_i
+    model = load_model_for_finetuning(str(tmp_path / "ckpt"), labels)
+    assert torch.equal(model.classifier.weight, original.classifier.weight) is kept
+    assert torch.equal(model.vit.layernorm.weight, original.vit.layernorm.weight)  # the backbone either way
+
+
 def test_folder_without_config_is_rejected(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserInputError, match="no config.json"):

@@ -30,5 +30,6 @@ def test_card_facts_describe_the_run(tmp_path):
     facts = model_card_facts(args, world, data, model, desc)
     assert facts["model_name"] == "run-a" and facts["eval_split_size"] == 5 and facts["dataset"] == "sklearn-digits"
     setup = facts["setup"]
-    assert setup["global batch"] == 16 * 2 * 1 and setup["ds_config"] == "none (plain Trainer)"
+    assert setup["global batch"] == 16 * 2 * 1 and setup["ds_config"] == "none"
+    assert setup["engine"] == "none (plain Trainer)"
     assert setup["epochs"] == "7 steps" and setup["lr scaling"] == "none" and setup["model"] == "vit-tiny-cpu"

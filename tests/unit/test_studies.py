@@ -107,3 +107,21 @@ def test_study_grid_takes_heterogeneity_and_caps_the_per_device_batch():
     assert cmd[cmd.index("--simulate_slow_ranks") + 1] == "1:2.0" and cmd[-2:] == ["--max_steps", "5"]
     assert "--nproc_per_node" in cmd and cmd[cmd.index("--nproc_per_node") + 1] == "2"
     assert grid[2]["name"] != grid[3]["name"]  # simulated and real cells never share a run folder
+
+
+def test_zero_study_compares_every_zero_config_with_fsdp2_on_two_or_more_processes():
+    sys.path.insert(0, str(REPO / "recipes"))
+    from scaling_study import StudyArguments, build_grid, cell_command
+
+    args = StudyArguments(study="zero", output_dir="/tmp/unused", processes="1,2")
+    grid = build_grid(args)
+    one = [c["ds_config"] for c in grid if c["processes"] == 1]
+    two = [c["ds_config"] for c in grid if c["processes"] == 2]
+    assert two == [*one, "fsdp2", "fsdp2_offload"] and not any(name.startswith("fsdp") for name in one)
+    assert len({(c["per_device_batch"], c["grad_accum"]) for c in grid}) == 1  # same batch in every column
+    commands = {c["ds_config"]: [str(x) for x in cell_command(args, c, i, "/tmp/run", [], 0)] for i, c in
+                enumerate(grid) if c["processes"] == 2}  # fmt: skip
+    fsdp = commands["fsdp2_offload"]
+    assert "--fsdp" in fsdp and fsdp[fsdp.index("--fsdp_config") + 1] == str(REPO / "fsdp_configs/fsdp2_offload.json")
+    assert "--ds_config" not in fsdp and "--fsdp" not in commands["zero3"]
+    assert (REPO / "fsdp_configs/fsdp2_offload.json").is_file()
