@@ -578,6 +578,9 @@ def check_fsdp(args: RecipeArguments) -> None:
          "and FSDP2 gives each rank only its shard. Fix: drop --ema_decay, or use ds_configs/zero2.json."),
         (args.cluster.balance_batches == "calibrate", "--balance_batches calibrate runs the model alone on each "
          "rank, and FSDP2 shards its parameters. Fix: pass explicit shares (e.g. --balance_batches 1,2)."),
+        (plugin.get("cpu_offload") and training.device.type == "cpu", "the fsdp_config's cpu_offload moves the "
+         "shards from an accelerator to CPU memory, and this run has no accelerator (torch's CPUOffloadPolicy "
+         "fails without one). Fix: use fsdp_configs/fsdp2.json."),
         (plugin.get("activation_checkpointing") and training.gradient_checkpointing, "--gradient_checkpointing "
          "and the fsdp_config's activation_checkpointing both checkpoint activations. Fix: keep one of them."),
     ]  # fmt: skip

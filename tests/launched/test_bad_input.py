@@ -1,6 +1,7 @@
 """Bad input: one clear message naming the flag or file and the fix, exit code 2, nothing passed off as a result.
 
-Each case runs the recipe in a fresh process (the refusals of --balance_batches with 2 processes under torchrun)."""
+Each case runs the recipe in a fresh process (the refusals of --balance_batches and FSDP2 setups with 2 processes under
+torchrun)."""
 
 import json
 
@@ -103,42 +104,26 @@ def test_bad_input_is_refused_clearly(tmp_path, case):
 
 @pytest.mark.distributed
 @pytest.mark.parametrize(
-    "args, expected",
+    "args, flag, expected",
     [
-        (["--ds_config", "ds_configs/zero3.json", "--balance_batches", "1,2"], ["ZeRO-3", "Fix: use ZeRO-2"]),
-        (["--balance_batches", "1,2,3"], ["--balance_batches '1,2,3'", "one positive share per rank (2 ranks)"]),
+        (["--ds_config", "ds_configs/zero3.json", "--balance_batches", "1,2"], "--balance_batches",
+         ["ZeRO-3", "Fix: use ZeRO-2"]),
+        (["--balance_batches", "1,2,3"], "--balance_batches",
+         ["--balance_batches '1,2,3'", "one positive share per rank (2 ranks)"]),
+        ([*fsdp_args(), "--ema_decay", "0.99"], "--fsdp", ["--ema_decay", "only its shard", "Fix: drop --ema_decay"]),
+        ([*fsdp_args(), "--balance_batches", "calibrate"], "--fsdp", ["calibrate", "Fix: pass explicit shares"]),
+        (fsdp_args("fsdp2_offload"), "--fsdp", ["cpu_offload", "no accelerator", "fsdp2.json"]),
     ],
-    ids=["zero3", "share-count"],
-)
-def test_bad_balance_batches_is_refused_before_loading(tmp_path, args, expected):
+    ids=["zero3-balance", "share-count", "fsdp2-ema", "fsdp2-calibrate", "fsdp2-offload-without-accelerator"],
+)  # fmt: skip
+def test_two_process_setups_are_refused_before_loading(tmp_path, args, flag, expected):
     out = tmp_path / "out"
     proc = run_recipe(out, *args, "--max_steps", "2", launcher="torchrun", nproc=2, check=False)
     assert proc.returncode != 0
-    errors = error_lines(proc.stderr, prefix="error: --balance_batches")
+    errors = error_lines(proc.stderr, prefix=f"error: {flag}")
     assert len(errors) == 1, proc.stderr[-3000:]  # printed once, by the main process
     for text in expected:
         assert text in errors[0], errors[0]
     # torchrun prints its own ChildFailedError traceback for the exit code 2; the recipe itself must not crash.
-    assert 'train_vit.py", line' not in proc.stderr
-    assert not out.exists() or list(out.rglob("*")) == []
-
-
-@pytest.mark.distributed
-@pytest.mark.parametrize(
-    "args, expected",
-    [
-        (["--ema_decay", "0.99"], ["--ema_decay", "only its shard", "Fix: drop --ema_decay"]),
-        (["--balance_batches", "calibrate"], ["calibrate", "Fix: pass explicit shares"]),
-    ],
-    ids=["ema", "calibrate"],
-)
-def test_fsdp2_refuses_what_it_cannot_run_before_loading(tmp_path, args, expected):
-    out = tmp_path / "out"
-    proc = run_recipe(out, *fsdp_args(), *args, "--max_steps", "2", launcher="torchrun", nproc=2, check=False)
-    assert proc.returncode != 0
-    errors = error_lines(proc.stderr, prefix="error: --fsdp")
-    assert len(errors) == 1, proc.stderr[-3000:]  # printed once, by the main process
-    for text in expected:
-        assert text in errors[0], errors[0]
     assert 'train_vit.py", line' not in proc.stderr
     assert not out.exists() or list(out.rglob("*")) == []
