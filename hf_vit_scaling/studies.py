@@ -196,7 +196,9 @@ def plot_study(rows: list[dict], kind: str, path: str, caption: str) -> str | No
             mem = _num(r.get("memory_mib"))
             ax1.scatter(float(r["images_per_s"]), mem)
             ax1.annotate(f"{r['ds_config']} ({r['processes']}p)", (float(r["images_per_s"]), mem))
-        ax1.set(xlabel="images/s", ylabel="peak memory per device (MiB)", title="ZeRO stages: memory vs throughput")
+        kind_of_memory = {"rss_peak_bytes": "peak RSS", "allocated_peak_bytes": "peak allocated"}
+        memory = kind_of_memory.get(ok[0].get("memory_kind"), "peak memory") if ok else "peak memory"
+        ax1.set(xlabel="images/s", ylabel=f"{memory} per device (MiB)", title="Engines: memory vs throughput")
     fig.tight_layout(rect=(0, 0.14, 1, 1))
     fig.text(0.01, 0.01, caption, fontsize=7, wrap=True)
     fig.savefig(path, dpi=110)
