@@ -146,10 +146,9 @@ def load_backbone_state_dict(
     return {k: v for k, v in state_dict.items() if keep_head or not k.startswith(HEAD_PREFIXES)}
 
 
-def same_labels(name_or_path: str, label_names: list[str], revision: str, cache_dir: str | None) -> bool:
-    """Whether the checkpoint was trained on exactly these classes, in this order (then its head still fits)."""
-    saved = ViTConfig.from_pretrained(name_or_path, revision=revision, cache_dir=cache_dir).id2label
-    return [saved.get(i) for i in range(len(saved))] == list(label_names)
+def same_labels(saved_id2label: dict, label_names: list[str]) -> bool:
+    """Whether a checkpoint's classes are exactly these, in this order (then its head still fits)."""
+    return [saved_id2label.get(i) for i in range(len(saved_id2label))] == list(label_names)
 
 
 def interpolate_position_embeddings(state_dict: dict, config: ViTConfig, image_size: int) -> None:
@@ -186,8 +185,9 @@ def load_model_for_finetuning(
         raise UserInputError(
             f"--model_name_or_path {name_or_path!r} has no config.json. Fix: pass a saved model folder."
         )
-    config = ViTConfig.from_pretrained(name_or_path, revision=revision, cache_dir=cache_dir, **label_maps(label_names))
-    keep_head = same_labels(name_or_path, label_names, revision, cache_dir)
+    config = ViTConfig.from_pretrained(name_or_path, revision=revision, cache_dir=cache_dir)
+    keep_head = same_labels(config.id2label, label_names)
+    config.update(label_maps(label_names))  # the data's classes (the head is new unless they are the saved ones)
     if keep_head:
         logger.info(f"{name_or_path} was trained on the same {len(label_names)} classes: its head is kept.")
     state_dict = load_backbone_state_dict(name_or_path, revision, cache_dir, keep_head)
