@@ -154,14 +154,12 @@ def attach_input_transforms(data, data_args, size: int, mean, std, eval_crop_pct
                 f"{'on' if flip else 'off'}, random shift of up to {data_args.random_crop_padding} px.")  # fmt: skip
     if input_path == "device":
         # uint8 batches cross to the device; resize, augmentation and normalisation run there, batched.
-        preprocessor = DevicePreprocessor(size, mean, std, crop, data_args.crop_scale_min, flip,
-                                          data_args.random_crop_padding)  # fmt: skip
+        preprocessor = DevicePreprocessor.from_data_args(size, mean, std, data_args)
         return attach_uint8_transforms(data), collate_uint8_batch, preprocessor, input_path
     if input_path == "host_crop":
         # Variable sizes: uint8 crops at the model's size are cut on the host (the random resized crop, or the
         # --eval_crop_pct centre crop); the flip, shifts and normalisation run on the device.
-        preprocessor = DevicePreprocessor(size, mean, std, False, data_args.crop_scale_min, flip,
-                                          data_args.random_crop_padding)  # fmt: skip
+        preprocessor = DevicePreprocessor.from_data_args(size, mean, std, data_args, crop_on_device=False)
         splits = attach_host_crop_transforms(data, size, data_args, eval_crop_pct)
         return splits, collate_uint8_batch, preprocessor, input_path
     return attach_transforms(data, size, mean, std, data_args), collate_image_batch, None, input_path

@@ -113,17 +113,15 @@ def with_sample_index(splits) -> dict:
     return {name: SampleIndexDataset(split) for name, split in splits.items()}
 
 
-def decoded_or_marked(values, policy: str) -> tuple[list, list]:
-    """Decode stored images (the streamed path). Returns (images with None for bad ones, bad-image notes or None).
-    policy "fail": a bad image raises UserInputError naming it instead."""
-    images, notes = [], []
-    for value in values:
-        image, reason = try_decode_image(value)
-        if reason and policy == "fail":
-            raise bad_image_error(image_name(value), reason)
-        images.append(image)
-        notes.append({"sample": image_name(value), "reason": reason} if reason else None)
-    return images, notes
+def pixels_or_note(convert, value, policy: str, name: str) -> tuple:
+    """`convert(value)` (a `decode_then` function) -> (pixels, None), or (None, a bad-image note naming `name`) when
+    the image cannot be decoded; under policy "fail" that raises `bad_image_error` instead."""
+    pixels, reason = convert(value)
+    if reason is None:
+        return pixels, None
+    if policy == "fail":
+        raise bad_image_error(name, reason)
+    return None, {"sample": name, "reason": reason}
 
 
 def drop_bad_examples(examples: list[dict]) -> tuple[list[dict], dict]:
@@ -223,11 +221,9 @@ def set_pixel_transforms(data, to_pixels) -> DatasetDict:
         def apply(batch):
             pixels, notes = [], []
             for value in batch[data.image_column]:
-                out, reason = convert(value)
-                if reason and data.on_bad_image == "fail":
-                    raise bad_image_error(image_name(value), reason)
+                out, note = pixels_or_note(convert, value, data.on_bad_image, image_name(value))
                 pixels.append(out)
-                notes.append({"sample": image_name(value), "reason": reason} if reason else None)
+                notes.append(note)
             return {"pixel_values": pixels, "labels": batch[data.label_column], "bad_image": notes}
 
         return apply

@@ -111,6 +111,14 @@ class DevicePreprocessor:
         self.crop, self.crop_scale_min, self.flip = random_resized_crop, crop_scale_min, horizontal_flip
         self.padding = padding
 
+    @classmethod
+    def from_data_args(cls, size: int, mean, std, data_args, crop_on_device: bool = True) -> "DevicePreprocessor":
+        """The training augmentation the data flags give at `size` (`crops_at`, `flips_at`, --random_crop_padding);
+        crop_on_device False leaves the random resized crop to the host (`--input_path host_crop`)."""
+        crop = crop_on_device and data_args.crops_at(size)
+        return cls(size, mean, std, crop, data_args.crop_scale_min, data_args.flips_at(size),
+                   data_args.random_crop_padding)  # fmt: skip
+
     def __call__(self, pixels: torch.Tensor, train: bool) -> torch.Tensor:
         x = pixels.float().div_(255.0)
         if train and (self.crop or self.flip or self.padding):
@@ -140,20 +148,26 @@ INPUT_PATHS = ("auto", "device", "host_crop", "per_sample")
 SIZE_PROBE = 64  # images read per split (headers only) to tell one size from many
 
 
-def probe_sizes(data: ImageClassificationData, probe: int = SIZE_PROBE) -> list[tuple[int, int]]:
-    """The distinct (width, height) of the first `probe` training and validation images, read from their headers
-    (no pixels decoded). A file that cannot be opened is skipped here (and skipped or refused later)."""
+def distinct_sizes(values) -> list[tuple[int, int]]:
+    """The distinct (width, height) of stored images in first-seen order, read from their headers (no pixels
+    decoded). A file that cannot be opened is skipped here (and skipped or refused later)."""
     sizes = []
-    for split in ("train", "validation"):
-        subset = data.splits[split].select(range(min(probe, len(data.splits[split]))))
-        for value in subset[data.image_column]:
-            try:
-                size = open_image(value).size
-            except _DECODE_ERRORS:
-                continue
-            if size not in sizes:
-                sizes.append(size)
+    for value in values:
+        try:
+            size = open_image(value).size
+        except _DECODE_ERRORS:
+            continue
+        if size not in sizes:
+            sizes.append(size)
     return sizes
+
+
+def probe_sizes(data: ImageClassificationData, probe: int = SIZE_PROBE) -> list[tuple[int, int]]:
+    """The distinct (width, height) of the first `probe` training and validation images (`distinct_sizes`)."""
+    values = []
+    for split in ("train", "validation"):
+        values += data.splits[split].select(range(min(probe, len(data.splits[split]))))[data.image_column]
+    return distinct_sizes(values)
 
 
 def images_share_one_size(data: ImageClassificationData, probe: int = SIZE_PROBE) -> bool:

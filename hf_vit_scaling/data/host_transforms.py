@@ -56,6 +56,12 @@ class ImageTransform:
         self.mean = torch.tensor(mean, dtype=torch.float32).view(3, 1, 1)
         self.std = torch.tensor(std, dtype=torch.float32).view(3, 1, 1)
 
+    @classmethod
+    def from_data_args(cls, size: int, mean, std, train: bool, data_args) -> "ImageTransform":
+        """The augmentation the data flags give at `size` (`crops_at`, `flips_at`, --random_crop_padding)."""
+        return cls(size, mean, std, train, data_args.crops_at(size), data_args.crop_scale_min,
+                   data_args.flips_at(size), data_args.random_crop_padding)  # fmt: skip
+
     def __call__(self, image) -> torch.Tensor:
         pixels = pil_to_uint8_tensor(image) if isinstance(image, Image.Image) else image
         if self.train and self.crop:
@@ -80,16 +86,6 @@ def attach_transforms(data, size: int, mean, std, data_args) -> DatasetDict:
     "in training."""
 
     def to_pixels(train: bool):
-        transform = ImageTransform(
-            size,
-            mean,
-            std,
-            train,
-            data_args.crops_at(size),
-            data_args.crop_scale_min,
-            data_args.flips_at(size),
-            data_args.random_crop_padding,
-        )
-        return decode_then(transform, data.raw_shape)
+        return decode_then(ImageTransform.from_data_args(size, mean, std, train, data_args), data.raw_shape)
 
     return set_pixel_transforms(data, to_pixels)

@@ -52,12 +52,12 @@ from ..checkpoints import write_json_atomically
 from ..distributed import rank_and_world
 from ..errors import TrainingStopped, UserInputError
 from ..log import logger
-from .decoding import decoded_or_marked, pil_to_uint8_tensor, try_decode_image
-from .device_transforms import DevicePreprocessor, collate_uint8_batch
+from .decoding import decode_then, image_name, pil_to_uint8_tensor, pixels_or_note, stack_batch
+from .device_transforms import DevicePreprocessor, collate_uint8_batch, distinct_sizes
 from .host_transforms import ImageTransform
+from .shards import MANIFEST, raw_shape
 from .sources import EVAL_SPLIT_CANDIDATES, detect_image_column, detect_label_column
 
-MANIFEST = "manifest.json"
 POSITION_DIRNAME = "data_position"
 POSITION_FORMAT = 1
 SAMPLE_ID = "sample_id"
@@ -205,15 +205,6 @@ def uint8_shard_stream(shards: list[tuple[str, int]]) -> IterableDataset:
     offsets = np.cumsum([0] + [rows for _, rows in shards])[:-1].tolist()
     gen_kwargs = {"shards": [(url, int(first)) for (url, _), first in zip(shards, offsets)]}
     return IterableDataset.from_generator(read_uint8_shards, features=UINT8_FEATURES, gen_kwargs=gen_kwargs)
-
-
-def raw_to_uint8_tensor(data: bytes, size: int, channels: int) -> torch.Tensor:
-    """Raw row-major H x W x C bytes -> uint8 (3, H, W); one channel is repeated. ValueError on a wrong length."""
-    if len(data) != size * size * channels:
-        raise ValueError(f"{len(data)} bytes, expected {size}x{size}x{channels} = {size * size * channels}")
-    pixels = torch.from_numpy(np.frombuffer(data, dtype=np.uint8).reshape(size, size, channels).copy())
-    pixels = pixels.permute(2, 0, 1)
-    return pixels.expand(3, size, size).contiguous() if channels == 1 else pixels
 
 
 def content_id(value) -> int:
@@ -541,7 +532,7 @@ class StreamingData:
     label_names: list[str]
     source: str
     on_bad_image: str
-    raw_image: tuple[int, int] | None  # (size, channels) of uint8 shard rows; None: encoded images
+    raw_shape: tuple[int, int, int] | None  # (H, W, C) of uint8 shard rows (`decoding.decode_raw`); None: encoded
 
     @property
     def splits(self) -> dict:
@@ -578,7 +569,7 @@ def load_streaming_data(data_args, stream_args, seed: int, cache_dir: str | None
         stream = uint8_shard_stream(train_shards)
         eval_rows = list(itertools.islice(uint8_shard_stream(manifest_shards(manifest, root, eval_split)), cap))
         image_column, label_column, names = "image", "label", list(manifest["class_names"])
-        num_rows, raw = sum(rows for _, rows in train_shards), (int(manifest["size"]), int(manifest["channels"]))
+        num_rows, raw = sum(rows for _, rows in train_shards), tuple(int(n) for n in raw_shape(manifest))
     else:
         streams = open_streams(data_args, stream_args, cache_dir)
         eval_split = next((s for s in EVAL_SPLIT_CANDIDATES if s in streams), None)
@@ -637,35 +628,24 @@ class EvalRows(torch.utils.data.Dataset):
         return {**self.to_example(row), "sample_index": row[SAMPLE_ID]}
 
 
-def _probe_sizes(data: StreamingData) -> bool:
-    """True when the first rows of the evaluation split and of the training stream decode to one size."""
+def images_share_one_size(data: StreamingData) -> bool:
+    """True when the first rows of the evaluation split and of the training stream have one size."""
     rows = data.validation_rows[:PROBE_ROWS] + list(itertools.islice(data.train.rank_stream, PROBE_ROWS))
-    sizes = set()
-    for row in rows:
-        image, _ = try_decode_image(row[data.image_column])
-        if image is not None:
-            sizes.add(image.size)
-    return len(sizes) == 1
+    return len(distinct_sizes(row[data.image_column] for row in rows)) == 1
 
 
 def example_transform(data: StreamingData, pixels_of):
     """row -> {"pixel_values", "labels", "bad_image"}: decode (or read raw pixels), then `pixels_of(uint8 or PIL)`;
-    an image that cannot be read gives None and a note (`--on_bad_image fail`: an error naming it)."""
+    an image that cannot be read gives None and a note (`--on_bad_image fail`: an error naming it), as on the
+    map-style path (`decoding.set_pixel_transforms`)."""
     image_column, label_column = data.image_column, data.label_column
+    convert = decode_then(pixels_of, data.raw_shape)
 
     def to_example(row: dict) -> dict:
-        if data.raw_image is not None:
-            try:
-                image, note = raw_to_uint8_tensor(row[image_column], *data.raw_image), None
-            except ValueError as err:
-                image, note = None, {"sample": f"row {row[SAMPLE_ID]}", "reason": f"ValueError: {err}"}
-                if data.on_bad_image == "fail":
-                    raise UserInputError(f"--on_bad_image fail: row {row[SAMPLE_ID]} cannot be read ({err}).") from err
-        else:
-            images, notes = decoded_or_marked([row[image_column]], data.on_bad_image)
-            image, note = images[0], notes[0]
-        return {"pixel_values": None if image is None else pixels_of(image), "labels": row[label_column],
-                "bad_image": note}  # fmt: skip
+        value = row[image_column]
+        name = f"row {row[SAMPLE_ID]}" if data.raw_shape is not None else image_name(value)
+        pixels, note = pixels_or_note(convert, value, data.on_bad_image, name)
+        return {"pixel_values": pixels, "labels": row[label_column], "bad_image": note}
 
     return to_example
 
@@ -673,26 +653,22 @@ def example_transform(data: StreamingData, pixels_of):
 def attach_streaming_transforms(data: StreamingData, args, size: int, mean, std, resume_from: str | None):
     """(splits, collate, device preprocessor or None) for --streaming: the input path, the examples the stream
     makes, batches of --per_device_train_batch_size, and the data position of the checkpoint resumed from."""
-    from .decoding import stack_batch
-
     data_args, training = args.data, args.training
     requested = data_args.input_path
     if requested == "auto":
-        requested = "device" if data.raw_image is not None or _probe_sizes(data) else "per_sample"
+        requested = "device" if data.raw_shape is not None or images_share_one_size(data) else "per_sample"
     if requested == "device":
-        preprocessor = DevicePreprocessor(size, mean, std, data_args.crops_at(size), data_args.crop_scale_min,
-                                          data_args.flips_at(size), data_args.random_crop_padding)  # fmt: skip
+        preprocessor = DevicePreprocessor.from_data_args(size, mean, std, data_args)
         collate = collate_uint8_batch
 
         def pixels_for(train):
-            return lambda image: image if isinstance(image, torch.Tensor) else pil_to_uint8_tensor(image)
+            return pil_to_uint8_tensor  # a shard row's uint8 tensor passes through
 
     else:
         preprocessor, collate = None, stack_batch
 
         def pixels_for(train):
-            return ImageTransform(size, mean, std, train, data_args.crops_at(size), data_args.crop_scale_min,
-                                  data_args.flips_at(size), data_args.random_crop_padding)  # fmt: skip
+            return ImageTransform.from_data_args(size, mean, std, train, data_args)
 
     train_example = example_transform(data, pixels_for(True))
     data.train.attach(train_example, collate, training.per_device_train_batch_size, training.dataloader_drop_last,

@@ -10,14 +10,13 @@ import pytest
 import torch
 
 from hf_vit_scaling.arguments import DataArguments, parse_args
-from hf_vit_scaling.data.decoding import stack_batch
+from hf_vit_scaling.data.decoding import decode_raw, stack_batch
 from hf_vit_scaling.data.streaming import (
     POSITION_DIRNAME,
     StreamingArguments,
     StreamingTrainData,
     load_streaming_data,
     manifest_shards,
-    raw_to_uint8_tensor,
     read_manifest,
     uint8_shard_stream,
 )
@@ -34,10 +33,8 @@ def shards(tmp_path_factory):
 
 
 def to_example(row):
-    try:
-        pixels, note = raw_to_uint8_tensor(row["image"], SIZE, 3), None
-    except ValueError as err:
-        pixels, note = None, {"sample": f"row {row['sample_id']}", "reason": str(err)}
+    pixels, reason = decode_raw(row["image"], (SIZE, SIZE, 3))
+    note = {"sample": f"row {row['sample_id']}", "reason": reason} if reason else None
     return {"pixel_values": pixels, "labels": row["label"], "bad_image": note}
 
 
@@ -68,12 +65,12 @@ def test_manifest_layouts_and_raw_rows(tmp_path):
     assert manifest_shards(flat, str(root), "train") == [(f"{root}/train/train-00000-of-00002.parquet", 3)]
     rows = list(uint8_shard_stream(manifest_shards(manifest, str(root), "train")))
     assert [r["sample_id"] for r in rows] == list(range(6)) and [r["label"] for r in rows] == [0, 1, 2, 0, 1, 2]
-    gray = raw_to_uint8_tensor(bytes([1, 2, 3, 4]), 2, 1)
+    gray, _ = decode_raw(bytes([1, 2, 3, 4]), (2, 2, 1))
     assert gray.shape == (3, 2, 2) and gray.dtype == torch.uint8 and torch.equal(gray[0], gray[2])
-    rgb = raw_to_uint8_tensor(np.arange(12, dtype=np.uint8).tobytes(), 2, 3)
+    rgb, _ = decode_raw(np.arange(12, dtype=np.uint8).tobytes(), (2, 2, 3))
     assert rgb[:, 0, 1].tolist() == [3, 4, 5]  # row-major H x W x C
-    with pytest.raises(ValueError, match="expected 2x2x3"):
-        raw_to_uint8_tensor(b"\0" * 5, 2, 3)
+    pixels, reason = decode_raw(b"\0" * 5, (2, 2, 3))
+    assert pixels is None and "expected 2x2x3" in reason
     assert read_manifest(str(tmp_path / "none")) is None
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "manifest.json").write_text(json.dumps({"size": 2}))
@@ -197,7 +194,7 @@ def test_parquet_files_of_encoded_images_stream_through_load_dataset(tmp_path):
     stream_args = StreamingArguments(streaming=True, shuffle_buffer_size=0, train_files=f"{tmp_path}/train-*.parquet",
                                      validation_files=f"{tmp_path}/validation-*.parquet")  # fmt: skip
     data = load_streaming_data(data_args, stream_args, seed=0)
-    assert data.label_names == ["cat", "dog"] and data.image_column == "img" and data.raw_image is None
+    assert data.label_names == ["cat", "dog"] and data.image_column == "img" and data.raw_shape is None
     assert len(data.validation_rows) == 5 and data.train.n_shards == 2
     args = SimpleNamespace(data=DataArguments(input_path="auto", random_resized_crop=False, crop_scale_min=1.0,
                                               horizontal_flip=False),
