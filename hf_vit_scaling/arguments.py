@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, field
 
 import yaml
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import HfArgumentParser, TrainingArguments, ViTConfig
 
 from .checkpoints import LATEST
 from .data.streaming import StreamingArguments, check_streaming
@@ -23,6 +23,7 @@ from .learning_rate import LR_SCALING_RULES
 from .models import DEFAULT_PRESET, MODEL_PRESETS, check_config_overrides
 from .regularization_args import RegularizationArguments, check_regularization
 from .sequence_parallel import check_sequence_parallel
+from .weight_init import POSITION_EMBEDDING_INITS, WEIGHT_INITS, sincos_2d_position_table
 
 
 def require_at_least(args, minimum: float, *flags: str) -> None:
@@ -73,6 +74,26 @@ class ModelArguments:
             "e.g. hidden_size=128,num_hidden_layers=6,intermediate_size=384 (keys must exist in ViTConfig)."
         },
     )
+    weight_init: str = field(
+        default="hf",
+        metadata={
+            "help": "Presets only: how the weights start. hf: transformers' ViT init (truncated normal, std 0.02, "
+            "everywhere). jax: the original ViT's, as timm's weight_init='jax' (Xavier-uniform linear layers, "
+            "LeCun-normal patch projection, zero classification head). mimetic: jax, and attention "
+            "weights whose products start near the identity (W_q W_k^T ~ I per head, W_v W_o ~ -I; Trockman & "
+            "Kolter 2023, 'Mimetic Initialization of Self-Attention Layers'), for small data from scratch.",
+            "choices": list(WEIGHT_INITS),
+        },
+    )
+    position_embedding_init: str = field(
+        default="random",
+        metadata={
+            "help": "Presets only: how the position embeddings start. random: transformers' (truncated normal). "
+            "sincos2d: the 2-D sine-cosine table of big_vision's 'Better plain ViT baselines' (Beyer et al. 2022), "
+            "still trained; the CLS position starts at zero. Needs hidden_size divisible by 4.",
+            "choices": list(POSITION_EMBEDDING_INITS),
+        },
+    )
     attn_implementation: str = field(
         default="sdpa",
         metadata={
@@ -95,6 +116,12 @@ class ModelArguments:
                 "works with a checkpoint: its position embeddings are interpolated)."
             )
         require_at_least(self, 1, "image_size", "patch_size")
+        for flag, default in (("weight_init", "hf"), ("position_embedding_init", "random")):
+            if self.model_name_or_path and getattr(self, flag) != default:
+                raise UserInputError(
+                    f"--{flag} only applies to --model_preset: a checkpoint's weights are loaded, not initialised. "
+                    f"Fix: drop --{flag}, or train a preset from scratch."
+                )
         if self.config_overrides:
             if self.model_name_or_path:
                 raise UserInputError(
@@ -102,6 +129,10 @@ class ModelArguments:
                     "drop it, or train a preset from scratch."
                 )
             check_config_overrides(self.config_overrides)
+        if self.position_embedding_init == "sincos2d" and self.preset:
+            preset = ViTConfig(**MODEL_PRESETS[self.preset])
+            hidden = check_config_overrides(self.config_overrides, preset) if self.config_overrides else preset
+            sincos_2d_position_table(1, hidden.hidden_size)  # refuses a hidden size the table cannot fill
 
     @property
     def preset(self) -> str | None:

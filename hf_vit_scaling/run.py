@@ -53,6 +53,7 @@ from .models import (
 from .regularization import EMACallback
 from .regularization_args import check_regularization
 from .sequence_parallel import setup_sequence_parallel
+from .weight_init import describe_init, initialize_weights
 
 
 @dataclass
@@ -126,11 +127,10 @@ def build_model(model_args, label_names: list[str]):
     config = preset_config(model_args.preset, label_names, model_args.image_size, model_args.patch_size,
                            model_args.attn_implementation, model_args.config_overrides)  # fmt: skip
     changed = f" ({model_args.config_overrides})" if model_args.config_overrides else ""
-    return (
-        build_model_from_preset(config),
-        image_processor_for(config),
-        f"{model_args.preset}{changed} trained from scratch",
-    )
+    model = build_model_from_preset(config)
+    initialize_weights(model, model_args.weight_init, model_args.position_embedding_init)
+    init = describe_init(model_args.weight_init, model_args.position_embedding_init)
+    return model, image_processor_for(config), f"{model_args.preset}{changed} trained from scratch{init}"
 
 
 def training_loss(args, data, augmenter):

@@ -38,3 +38,39 @@ def test_finetuning_under_zero3_two_processes(tmp_path):
     """)
     proc = run_script(tmp_path, "check.py", code, launcher="torchrun", nproc=2, timeout=300)
     assert proc.stdout.count("ZERO3-OK") == 2
+
+
+@pytest.mark.distributed
+def test_mimetic_init_and_sincos_table_under_zero3_two_processes(tmp_path):
+    """--weight_init mimetic (jax init + attention products near +-I) and --position_embedding_init sincos2d
+    re-initialise partitioned parameters: gathered, written by rank 0, the same full values seen from both ranks."""
+    code = textwrap.dedent(f"""
+        import deepspeed, torch
+        from transformers import TrainingArguments
+        from hf_vit_scaling.models import build_model_from_preset, preset_config
+        from hf_vit_scaling.weight_init import initialize_weights, sincos_2d_position_table
+        zero3 = {{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {{"stage": 3}}}}
+        args = TrainingArguments(output_dir={str(tmp_path / "out")!r}, use_cpu=True, report_to="none", deepspeed=zero3)
+        torch.manual_seed(torch.distributed.get_rank())  # different draws per rank: rank 0's must win
+        model = build_model_from_preset(preset_config("vit-tiny-cpu", {LABELS!r}, 16, 4))
+        assert hasattr(model.classifier.weight, "ds_id"), "model was not partitioned by ZeRO-3"
+        initialize_weights(model, "mimetic", "sincos2d")
+        params = dict(model.named_parameters())
+        with deepspeed.zero.GatheredParameters(list(params.values())):
+            table = params["vit.embeddings.position_embeddings"].data[0]
+            assert torch.equal(table[1:], sincos_2d_position_table(4, 96)) and not table[0].any()
+            assert not params["classifier.weight"].data.any()
+            fc1 = params["vit.layers.0.mlp.fc1.weight"].data
+            bound = (6 / (96 + 192)) ** 0.5  # Xavier uniform: U(-0.144, 0.144)
+            assert 0.9 * bound < fc1.abs().max() <= bound, fc1.abs().max()
+            v = params["vit.layers.0.attention.v_proj.weight"].data
+            o = params["vit.layers.0.attention.o_proj.weight"].data
+            assert abs(torch.diagonal(v.T @ o.T).mean() + 0.4) < 0.05  # W_v^T W_o^T = 0.4 Z - 0.4 I
+            fingerprint = torch.stack([p.data.double().sum() for p in params.values()])
+        gathered = [torch.zeros_like(fingerprint) for _ in range(2)]
+        torch.distributed.all_gather(gathered, fingerprint)
+        assert torch.equal(gathered[0], gathered[1]), "ranks hold different weights"
+        print("ZERO3-INIT-OK", torch.distributed.get_rank())
+    """)
+    proc = run_script(tmp_path, "check.py", code, launcher="torchrun", nproc=2, timeout=600)
+    assert proc.stdout.count("ZERO3-INIT-OK") == 2
