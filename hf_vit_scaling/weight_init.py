@@ -100,10 +100,15 @@ def initialize_weights(model: ViTForImageClassification, weight_init: str, posit
                 with _gathered(module):
                     _jax_init_module(name, module)
     if weight_init == "mimetic":
-        for module in model.modules():
-            if all(hasattr(module, proj) for proj in ("q_proj", "k_proj", "v_proj", "o_proj")):
-                with _gathered(module, recurse=True):
-                    _mimetic_attention(module, model.config.num_attention_heads)
+        blocks = [m for m in model.modules() if all(hasattr(m, p) for p in ("q_proj", "k_proj", "v_proj", "o_proj"))]
+        if not blocks:
+            raise UserInputError(
+                "--weight_init mimetic: no attention block with q_proj/k_proj/v_proj/o_proj (transformers 5 names). "
+                "Fix: use transformers >= 5, or --weight_init jax."
+            )
+        for module in blocks:
+            with _gathered(module, recurse=True):
+                _mimetic_attention(module, model.config.num_attention_heads)
     if position_embedding_init == "sincos2d":
         embeddings = model.vit.embeddings
         config = model.config

@@ -120,3 +120,9 @@ def test_mimetic_attention_products_start_near_plus_and_minus_identity():
         assert abs(off_diagonal.std().item() - 0.4 / dim**0.5) < 0.01  # 0.4 Z, Var Z = 1 / dim
         assert not attention.q_proj.bias.any() and not attention.o_proj.bias.any()
     assert not model.classifier.weight.any()  # the rest is the jax init
+
+
+def test_mimetic_refuses_a_model_without_transformers_5_attention_names():
+    old_style = nn.Sequential(nn.Linear(8, 8))  # e.g. transformers 4's attention.attention.query/key/value
+    with pytest.raises(UserInputError, match="--weight_init mimetic: no attention block"):
+        initialize_weights(old_style, "mimetic", "random")
