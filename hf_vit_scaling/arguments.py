@@ -23,7 +23,7 @@ from .learning_rate import LR_SCALING_RULES
 from .models import DEFAULT_PRESET, MODEL_PRESETS, check_config_overrides
 from .regularization_args import RegularizationArguments, check_regularization
 from .sequence_parallel import check_sequence_parallel
-from .weight_init import POSITION_EMBEDDING_INITS, WEIGHT_INITS, sincos_2d_position_table
+from .weight_init import POSITION_EMBEDDING_INITS, WEIGHT_INITS, check_sincos_width
 
 
 def require_at_least(args, minimum: float, *flags: str) -> None:
@@ -130,9 +130,10 @@ class ModelArguments:
                 )
             check_config_overrides(self.config_overrides)
         if self.position_embedding_init == "sincos2d" and self.preset:
-            preset = ViTConfig(**MODEL_PRESETS[self.preset])
-            hidden = check_config_overrides(self.config_overrides, preset) if self.config_overrides else preset
-            sincos_2d_position_table(1, hidden.hidden_size)  # refuses a hidden size the table cannot fill
+            config = ViTConfig(**MODEL_PRESETS[self.preset])
+            if self.config_overrides:
+                check_config_overrides(self.config_overrides, config)
+            check_sincos_width(config.hidden_size)
 
     @property
     def preset(self) -> str | None:

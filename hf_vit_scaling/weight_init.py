@@ -16,15 +16,21 @@ WEIGHT_INITS = ("hf", "jax", "mimetic")
 POSITION_EMBEDDING_INITS = ("random", "sincos2d")
 
 
-def sincos_2d_position_table(grid: int, dim: int, temperature: float = 10_000.0) -> torch.Tensor:
-    """(grid * grid, dim) position table of big_vision's `posemb_sincos_2d` (big_vision/models/vit.py; Beyer et al.
-    2022, "Better plain ViT baselines for ImageNet-1k"). With dim / 4 frequencies w_k = temperature^(-k / (dim/4 - 1)),
-    k = 0 .. dim/4 - 1, the patch in row y, column x gets [sin(x w), cos(x w), sin(y w), cos(y w)]."""
+def check_sincos_width(dim: int) -> None:
+    """The table gives a quarter of the channels to each of sin/cos of x/y, with at least 2 frequencies (the exponent
+    divides by dim/4 - 1): dim must be a multiple of 4 and at least 8."""
     if dim % 4 or dim < 8:
         raise UserInputError(
             f"--position_embedding_init sincos2d needs hidden_size divisible by 4 and at least 8 (got {dim}): a "
             "quarter of the channels per sin/cos of each axis. Fix: change hidden_size or use random."
         )
+
+
+def sincos_2d_position_table(grid: int, dim: int, temperature: float = 10_000.0) -> torch.Tensor:
+    """(grid * grid, dim) position table of big_vision's `posemb_sincos_2d` (big_vision/models/vit.py; Beyer et al.
+    2022, "Better plain ViT baselines for ImageNet-1k"). With dim / 4 frequencies w_k = temperature^(-k / (dim/4 - 1)),
+    k = 0 .. dim/4 - 1, the patch in row y, column x gets [sin(x w), cos(x w), sin(y w), cos(y w)]."""
+    check_sincos_width(dim)
     y, x = torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")
     omega = 1.0 / temperature ** (torch.arange(dim // 4) / (dim // 4 - 1))
     x = x.flatten()[:, None] * omega[None]
