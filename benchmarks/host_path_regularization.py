@@ -35,10 +35,10 @@ from datasets import Dataset, DatasetDict, Features, Image, Value
 from PIL import Image as PILImage
 from torch.utils.data import DataLoader
 
-from hf_vit_scaling.arguments import parse_args
-from hf_vit_scaling.augment import BatchAugmenter
+from hf_vit_scaling.arguments.parse import parse_args
 from hf_vit_scaling.data.sources import ImageClassificationData
-from hf_vit_scaling.run import attach_input_transforms
+from hf_vit_scaling.regularization.batch_augmenter import BatchAugmenter
+from hf_vit_scaling.training.run import attach_input_transforms
 
 MEAN = STD = (0.5, 0.5, 0.5)
 FLAG_SETS = {

@@ -8,7 +8,7 @@ which a single process does not build. Measured: `torch.cuda.max_memory_allocate
 
     python benchmarks/planner_memory_gpu.py --output benchmarks/results/planner_memory_gpu.json
 
-It loads only `hf_vit_scaling.planner` (and what it imports), so it also runs where the project's other
+It loads only `hf_vit_scaling.planning.memory` (and what it imports), so it also runs where the project's other
 dependencies (datasets, deepspeed) are not installed.
 """
 
@@ -36,11 +36,13 @@ CONFIGS = [
 
 
 def load_planner():
-    """hf_vit_scaling.planner and .models without running the package's __init__ (which imports everything)."""
+    """hf_vit_scaling.planning.memory and .models without running the package's __init__ (which imports everything)."""
     package = types.ModuleType("hf_vit_scaling")
     package.__path__ = [str(REPO / "hf_vit_scaling")]
     sys.modules.setdefault("hf_vit_scaling", package)
-    return importlib.import_module("hf_vit_scaling.planner"), importlib.import_module("hf_vit_scaling.models")
+    return importlib.import_module("hf_vit_scaling.planning.memory"), importlib.import_module(
+        "hf_vit_scaling.models.presets"
+    )
 
 
 def measure(preset: dict, image_size: int, batch: int, precision: str, checkpointing: bool, device) -> dict:

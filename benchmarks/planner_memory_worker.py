@@ -154,7 +154,7 @@ def fsdp2_wrap(model, world_size: int):
     `--fsdp --fsdp_config fsdp_configs/fsdp2.json`: each ViTLayer and the input embeddings resharded after forward,
     the final LayerNorm kept unsharded until backward, then the root. Done by hand because, when this benchmark was
     written, the Trainer on a CPU did not use FSDP at all (accelerate enables FSDP for GPU-class devices only and
-    wrapped the model in DDP); the recipe now runs FSDP2 on CPU through `hf_vit_scaling.engine.select_fsdp_on_cpu`."""
+    wrapped the model in DDP); the recipe now runs FSDP2 on CPU through `hf_vit_scaling.parallel.engine.select_fsdp_on_cpu`."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
@@ -202,8 +202,8 @@ def main() -> int:
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         from transformers import Trainer
 
-        from hf_vit_scaling.distributed import init_deepspeed_comm
-        from hf_vit_scaling.models import build_model_from_preset, preset_config
+        from hf_vit_scaling.models.presets import build_model_from_preset, preset_config
+        from hf_vit_scaling.parallel.distributed import init_deepspeed_comm
 
         labels = [str(i) for i in range(args.num_labels)]
         dataset = SyntheticImages(

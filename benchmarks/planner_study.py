@@ -17,8 +17,8 @@ from _common import report_result  # benchmarks/_common.py (scripts run as bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's package
 
-from hf_vit_scaling.models import MODEL_PRESETS  # noqa: E402
-from hf_vit_scaling.planner import (
+from hf_vit_scaling.models.presets import MODEL_PRESETS  # noqa: E402
+from hf_vit_scaling.planning.memory import (
     INTERCONNECTS,
     NETWORKS,
     PlanSettings,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Device-side cost per image of each batch regularization, ours (hf_vit_scaling.augment, pure PyTorch) vs kornia.
+"""Device-side cost per image of each batch regularization, ours (hf_vit_scaling.regularization.batch_augmenter, pure PyTorch) vs kornia.
 
     python benchmarks/regularization_cost.py --output benchmarks/results/regularization_cost.json
 
@@ -23,11 +23,17 @@ import time
 import torch
 from _common import report_result
 
-from hf_vit_scaling.augment import BatchAugmenter, EvalCenterCrop, RandAugment, mix_batch, parse_rand_augment
-from hf_vit_scaling.augment import random_erasing as erase
 from hf_vit_scaling.data.device_transforms import DevicePreprocessor
-from hf_vit_scaling.models import build_model_from_preset, preset_config
-from hf_vit_scaling.regularization import EMACallback
+from hf_vit_scaling.models.presets import build_model_from_preset, preset_config
+from hf_vit_scaling.regularization.batch_augmenter import (
+    BatchAugmenter,
+    EvalCenterCrop,
+    RandAugment,
+    mix_batch,
+    parse_rand_augment,
+)
+from hf_vit_scaling.regularization.batch_augmenter import random_erasing as erase
+from hf_vit_scaling.regularization.ema import EMACallback
 
 MEAN = STD = (0.5, 0.5, 0.5)
 

@@ -114,8 +114,8 @@ def worker(args) -> None:
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     timer = CollectiveTimer(device.type)  # before deepspeed binds the functions
 
-    from hf_vit_scaling.models import build_model_from_preset, preset_config
-    from hf_vit_scaling.sequence_parallel import setup_sequence_parallel
+    from hf_vit_scaling.models.presets import build_model_from_preset, preset_config
+    from hf_vit_scaling.parallel.sequence_parallel import setup_sequence_parallel
 
     sp = None
     if world > 1:
@@ -246,7 +246,7 @@ def main():
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _common import report_result
 
-    from hf_vit_scaling.models import MODEL_PRESETS
+    from hf_vit_scaling.models.presets import MODEL_PRESETS
 
     preset = MODEL_PRESETS[args.model_preset]
     tokens = (args.image_size // preset["patch_size"]) ** 2 + 1

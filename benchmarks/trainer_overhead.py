@@ -31,7 +31,7 @@ HAND_LOOP = r"""
 import json, sys, time, torch
 from hf_vit_scaling import DataArguments, load_image_classification_data
 from hf_vit_scaling.data import DevicePreprocessor, attach_uint8_transforms, collate_uint8_batch
-from hf_vit_scaling.models import build_model_from_preset, image_processor_for, preset_config
+from hf_vit_scaling.models.presets import build_model_from_preset, image_processor_for, preset_config
 cfg = json.loads(sys.argv[1])
 torch.manual_seed(0)
 torch.set_num_threads(cfg["threads"])

@@ -1,15 +1,15 @@
 """hf-vit-scaling: the small package the recipes import. Everything else lives in its module (see the README's
 project structure)."""
 
-from .arguments import DataArguments, ModelArguments, parse_args
-from .data import attach_transforms, collate_image_batch, load_image_classification_data
-from .distributed import shutdown_distributed
-from .errors import TrainingStopped, UserInputError
-from .log import exit_code_for
-from .metrics import make_compute_metrics
-from .run import build_model, finish_run, prepare_inputs, prepare_world
-from .throughput import add_throughput_callback, load_throughput_report
-from .trainer import VitTrainer
+from hf_vit_scaling.arguments.parse import DataArguments, ModelArguments, parse_args
+from hf_vit_scaling.data import attach_transforms, collate_image_batch, load_image_classification_data
+from hf_vit_scaling.errors import TrainingStopped, UserInputError
+from hf_vit_scaling.evaluation.metrics import make_compute_metrics
+from hf_vit_scaling.log import exit_code_for
+from hf_vit_scaling.parallel.distributed import shutdown_distributed
+from hf_vit_scaling.throughput import add_throughput_callback, load_throughput_report
+from hf_vit_scaling.training.run import build_model, finish_run, prepare_inputs, prepare_world
+from hf_vit_scaling.training.trainer import VitTrainer
 
 __version__ = "0.1.0"
 

@@ -8,8 +8,8 @@ libraries keep their own verbosity (transformers: the Trainer's `--log_level`).
 import logging
 import sys
 
-from .distributed import is_main_process
-from .errors import TrainingStopped, UserInputError
+from hf_vit_scaling.errors import TrainingStopped, UserInputError
+from hf_vit_scaling.parallel.distributed import is_main_process
 
 logger = logging.getLogger("hf_vit_scaling")
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.flops import lookup_peak_tflops
-from hf_vit_scaling.models import MODEL_PRESETS
-from hf_vit_scaling.planner import (
+from hf_vit_scaling.models.flops import lookup_peak_tflops
+from hf_vit_scaling.models.presets import MODEL_PRESETS
+from hf_vit_scaling.planning.memory import (
     INTERCONNECTS,
     NETWORKS,
     PRECISIONS,

@@ -29,7 +29,7 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from hf_vit_scaling import load_throughput_report
-from hf_vit_scaling.studies import (
+from hf_vit_scaling.planning.studies import (
     RESULT_FIELDS,
     STUDY_COLUMNS,
     add_scaling_columns,

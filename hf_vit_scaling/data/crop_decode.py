@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from .decoding import _DECODE_ERRORS, open_image, set_pixel_transforms, to_gray, to_rgb
-from .host_transforms import random_resized_crop_box
+from hf_vit_scaling.data.decoding import _DECODE_ERRORS, open_image, set_pixel_transforms, to_gray, to_rgb
+from hf_vit_scaling.data.host_transforms import random_resized_crop_box
 
 JPEG_REDUCTIONS = (8, 4, 2, 1)  # what libjpeg (and so PIL's draft) can decode at: 1/8, 1/4, 1/2, full size
 

@@ -15,7 +15,7 @@ from datasets import Dataset, DatasetDict
 from datasets import Image as ImageFeature
 from PIL import Image, UnidentifiedImageError
 
-from ..errors import UserInputError
+from hf_vit_scaling.errors import UserInputError
 
 _DECODE_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError)
 

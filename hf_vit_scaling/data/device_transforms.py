@@ -18,10 +18,17 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..errors import UserInputError
-from ..log import logger
-from .decoding import _DECODE_ERRORS, decode_then, open_image, pil_to_uint8_tensor, set_pixel_transforms, stack_batch
-from .sources import ImageClassificationData
+from hf_vit_scaling.data.decoding import (
+    _DECODE_ERRORS,
+    decode_then,
+    open_image,
+    pil_to_uint8_tensor,
+    set_pixel_transforms,
+    stack_batch,
+)
+from hf_vit_scaling.data.sources import ImageClassificationData
+from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.log import logger
 
 
 def attach_uint8_transforms(data: ImageClassificationData):

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from datasets import DatasetDict
 from PIL import Image
 
-from .decoding import decode_then, pil_to_uint8_tensor, set_pixel_transforms
+from hf_vit_scaling.data.decoding import decode_then, pil_to_uint8_tensor, set_pixel_transforms
 
 
 def _uniform(low: float, high: float) -> float:

@@ -30,13 +30,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..checkpoints import write_json_atomically
-from ..errors import UserInputError
-from ..faults import prepare_fault
-from ..log import logger
-from .crop_decode import centre_square, decode_for_box, resize_box
-from .decoding import _DECODE_ERRORS, decode_images_lazily, open_image
-from .shards import (
+from hf_vit_scaling.data.crop_decode import centre_square, decode_for_box, resize_box
+from hf_vit_scaling.data.decoding import _DECODE_ERRORS, decode_images_lazily, open_image
+from hf_vit_scaling.data.shards import (
     FORMAT,
     FORMAT_VERSION,
     MANIFEST,
@@ -47,7 +43,11 @@ from .shards import (
     read_manifest,
     shard_file,
 )
-from .sources import detect_image_column, detect_label_column, label_names_of, load_splits
+from hf_vit_scaling.data.sources import detect_image_column, detect_label_column, label_names_of, load_splits
+from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.log import logger
+from hf_vit_scaling.training.checkpoints import write_json_atomically
+from hf_vit_scaling.training.faults import prepare_fault
 
 ROW_GROUP_ROWS = 128  # rows per Parquet row group: 25 MB at 256 px RGB, what a streaming reader holds at once
 GRAY_MODES = ("1", "L", "LA", "I", "I;16", "I;16L", "I;16B", "I;16N", "F")

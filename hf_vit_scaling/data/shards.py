@@ -29,7 +29,7 @@ import hashlib
 import json
 import os
 
-from ..errors import UserInputError
+from hf_vit_scaling.errors import UserInputError
 
 FORMAT = "hf-vit-scaling-uint8-shards"
 FORMAT_VERSION = 1

@@ -15,9 +15,9 @@ from datasets import ClassLabel, Dataset, DatasetDict, Features, Value, load_dat
 from datasets import Image as ImageFeature
 from PIL import Image
 
-from ..errors import UserInputError
-from .decoding import decode_images_lazily, refuse_bad_images
-from .shards import is_prepared, load_prepared, raw_shape, read_manifest
+from hf_vit_scaling.data.decoding import decode_images_lazily, refuse_bad_images
+from hf_vit_scaling.data.shards import is_prepared, load_prepared, raw_shape, read_manifest
+from hf_vit_scaling.errors import UserInputError
 
 BUILTIN_DATASET = "sklearn-digits"
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -181,7 +181,7 @@ def load_image_classification_data(
     """Load, check and split the data the arguments name. `streaming` (StreamingArguments) with --streaming: this
     rank's training stream and the evaluation rows instead (`streaming.StreamingData`)."""
     if streaming is not None and streaming.streaming:
-        from .streaming import load_streaming_data  # it builds on this module
+        from hf_vit_scaling.data.streaming import load_streaming_data  # it builds on this module
 
         return load_streaming_data(data_args, streaming, seed, cache_dir)
     splits, source = load_splits(data_args, cache_dir)

@@ -48,15 +48,15 @@ from datasets import ClassLabel, Features, IterableDataset, Value, load_dataset
 from datasets import Image as ImageFeature
 from datasets.distributed import split_dataset_by_node
 
-from ..checkpoints import write_json_atomically
-from ..distributed import rank_and_world
-from ..errors import TrainingStopped, UserInputError
-from ..log import logger
-from .decoding import decode_then, image_name, pil_to_uint8_tensor, pixels_or_note, stack_batch
-from .device_transforms import DevicePreprocessor, collate_uint8_batch, distinct_sizes
-from .host_transforms import ImageTransform
-from .shards import MANIFEST, raw_shape
-from .sources import EVAL_SPLIT_CANDIDATES, detect_image_column, detect_label_column
+from hf_vit_scaling.data.decoding import decode_then, image_name, pil_to_uint8_tensor, pixels_or_note, stack_batch
+from hf_vit_scaling.data.device_transforms import DevicePreprocessor, collate_uint8_batch, distinct_sizes
+from hf_vit_scaling.data.host_transforms import ImageTransform
+from hf_vit_scaling.data.shards import MANIFEST, raw_shape
+from hf_vit_scaling.data.sources import EVAL_SPLIT_CANDIDATES, detect_image_column, detect_label_column
+from hf_vit_scaling.errors import TrainingStopped, UserInputError
+from hf_vit_scaling.log import logger
+from hf_vit_scaling.parallel.distributed import rank_and_world
+from hf_vit_scaling.training.checkpoints import write_json_atomically
 
 POSITION_DIRNAME = "data_position"
 POSITION_FORMAT = 1

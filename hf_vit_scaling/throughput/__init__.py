@@ -1,10 +1,10 @@
 """The throughput report: timing callback (`timing`), pure summary (`summary`), schema and loader (`schema`), the
 printed table (`report`)."""
 
-from .report import format_report
-from .schema import REPORT_FILENAME, REPORT_SCHEMA, SCHEMA_VERSION, load_throughput_report
-from .summary import estimate_sync_wait, summarize
-from .timing import ThroughputCallback, add_throughput_callback
+from hf_vit_scaling.throughput.report import format_report
+from hf_vit_scaling.throughput.schema import REPORT_FILENAME, REPORT_SCHEMA, SCHEMA_VERSION, load_throughput_report
+from hf_vit_scaling.throughput.summary import estimate_sync_wait, summarize
+from hf_vit_scaling.throughput.timing import ThroughputCallback, add_throughput_callback
 
 __all__ = [
     "REPORT_FILENAME",

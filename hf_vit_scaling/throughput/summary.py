@@ -14,9 +14,9 @@ forward_mean, step_time_mean, step_time_median, step_time_p90, own_work (per mea
 
 import numpy as np
 
-from ..distributed import global_batch_size
-from ..flops import mfu
-from .schema import SCHEMA_VERSION
+from hf_vit_scaling.models.flops import mfu
+from hf_vit_scaling.parallel.distributed import global_batch_size
+from hf_vit_scaling.throughput.schema import SCHEMA_VERSION
 
 
 def estimate_sync_wait(work_per_rank: list[list[float]]) -> list[float]:

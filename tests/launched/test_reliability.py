@@ -2,7 +2,7 @@
 
 Every case launches the recipe as real processes and checks that nothing was lost: the step reached, the data order
 (each rank's per-step dataset rows, from --trace_samples), the loss, and the files. Faults come from
-HF_VIT_SCALING_FAULTS (hf_vit_scaling/faults.py): a rank SIGKILLs itself, a file-size limit makes a save fail
+HF_VIT_SCALING_FAULTS (hf_vit_scaling/training/faults.py): a rank SIGKILLs itself, a file-size limit makes a save fail
 part-way, a NaN enters the forward pass.
 
 Schedule: 192 images / (2 processes x 16) = 6 steps per epoch; 14 steps; a checkpoint every 4 steps. The kill at
@@ -16,7 +16,7 @@ import shutil
 import pytest
 from safetensors.torch import load_file
 
-from hf_vit_scaling.checkpoints import checkpoint_problem
+from hf_vit_scaling.training.checkpoints import checkpoint_problem
 from tests.helpers import (
     BIN,
     DS_CONFIGS,

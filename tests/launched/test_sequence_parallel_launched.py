@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_vit_scaling.models import build_model_from_preset, image_processor_for, preset_config
+from hf_vit_scaling.models.presets import build_model_from_preset, image_processor_for, preset_config
 from tests.helpers import (
     DS_CONFIGS,
     REPO,

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from hf_vit_scaling.checkpoints import checkpoint_problem
+from hf_vit_scaling.training.checkpoints import checkpoint_problem
 from tests.helpers import DS_CONFIGS, logged_losses, make_uint8_shards, read_json, run, run_recipe, sample_trace
 
 pytestmark = pytest.mark.distributed

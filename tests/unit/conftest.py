@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from hf_vit_scaling.models import build_model_from_preset, preset_config
+from hf_vit_scaling.models.presets import build_model_from_preset, preset_config
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ import pickle
 
 import pytest
 
-from hf_vit_scaling.arguments import DataArguments, check_restart_setup, parse_args
-from hf_vit_scaling.deepspeed_config import load_ds_config, offload_targets, zero_stage
+from hf_vit_scaling.arguments.parse import DataArguments, check_restart_setup, parse_args
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.hetero import parse_slow_ranks
+from hf_vit_scaling.parallel.deepspeed_config import load_ds_config, offload_targets, zero_stage
+from hf_vit_scaling.parallel.hetero import parse_slow_ranks
 from tests.helpers import DS_CONFIGS
 
 

@@ -10,7 +10,9 @@ import torch.nn.functional as F
 from PIL import Image, ImageEnhance, ImageOps
 from transformers import Trainer, TrainingArguments
 
-from hf_vit_scaling.augment import (
+from hf_vit_scaling.data.device_transforms import DevicePreprocessor
+from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.regularization.batch_augmenter import (
     OP_FUNCTIONS,
     RAND_AUGMENT_OPS,
     BatchAugmenter,
@@ -24,8 +26,6 @@ from hf_vit_scaling.augment import (
     soft_target_cross_entropy,
     soft_targets,
 )
-from hf_vit_scaling.data.device_transforms import DevicePreprocessor
-from hf_vit_scaling.errors import UserInputError
 
 MEAN = STD = (0.5, 0.5, 0.5)
 NUM_CLASSES, SIZE = 10, 16  # the tiny_vit fixture's classes and image size

@@ -5,13 +5,13 @@ import json
 
 import pytest
 
-from hf_vit_scaling.checkpoints import (
+from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.training.checkpoints import (
     checkpoint_problem,
     mark_checkpoint_complete,
     needs_universal_checkpoint,
     resolve_resume_checkpoint,
 )
-from hf_vit_scaling.errors import UserInputError
 
 
 def _checkpoint(output_dir, step, complete=True, world_size=2):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hf_vit_scaling.distributed import (
+from hf_vit_scaling.parallel.distributed import (
     ensure_single_process_env,
     gather_object,
     global_batch_size,

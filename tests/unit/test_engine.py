@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from hf_vit_scaling.engine import Engine, engine_of
+from hf_vit_scaling.parallel.engine import Engine, engine_of
 
 OFFLOAD_ZERO2 = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
 

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from transformers import EvalPrediction
 
-from hf_vit_scaling import classification_metrics as cm
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.evaluation import (
+from hf_vit_scaling.evaluation import classification_metrics as cm
+from hf_vit_scaling.evaluation.metrics import make_compute_metrics, topk_accuracy
+from hf_vit_scaling.evaluation.trainer_metrics import (
     BINARY_REPORT_METRICS,
     SHIPPED_METRICS,
     binary_report,
@@ -22,7 +23,6 @@ from hf_vit_scaling.evaluation import (
     save_reliability_diagram,
     save_roc_curve,
 )
-from hf_vit_scaling.metrics import make_compute_metrics, topk_accuracy
 
 # Fixed predictions, hand-counted: 4 negatives scored .7 .3 .2 .1 and 4 positives scored .9 .8 .4 .35.
 LABELS = np.array([0, 0, 0, 0, 1, 1, 1, 1])
@@ -171,7 +171,7 @@ def test_class_report_file_is_json_with_one_matrix_row_per_line(tmp_path):
 def test_modules_load_offline_with_a_cold_cache(tmp_path):
     """A fresh HF cache and HF_HUB_OFFLINE=1: every module loads from the package's files."""
     code = (
-        "from hf_vit_scaling.evaluation import SHIPPED_METRICS, load_metric\n"
+        "from hf_vit_scaling.evaluation.trainer_metrics import SHIPPED_METRICS, load_metric\n"
         "print(sorted(type(load_metric(n)).__name__ for n in SHIPPED_METRICS))"
     )
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"), PYTHONPATH=os.getcwd())
@@ -244,5 +244,6 @@ def test_every_shipped_module_is_a_package_data_file():
     folder = os.path.join(os.path.dirname(load_metric.__code__.co_filename), "metric_modules")
     found = sorted(name for name in os.listdir(folder) if os.path.isfile(os.path.join(folder, name, f"{name}.py")))
     assert found == sorted(SHIPPED_METRICS)
-    setup_cfg = open(os.path.join(os.path.dirname(folder), "..", "setup.cfg"), encoding="utf-8").read()
-    assert "hf_vit_scaling = metric_modules/*/*.py" in setup_cfg
+    package_root = os.path.dirname(os.path.dirname(folder))
+    setup_cfg = open(os.path.join(package_root, "..", "setup.cfg"), encoding="utf-8").read()
+    assert "hf_vit_scaling = evaluation/metric_modules/*/*.py" in setup_cfg

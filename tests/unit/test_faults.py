@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.faults import (
+from hf_vit_scaling.training.faults import (
     FAULTS_ENV,
     SAVE_FAIL_LIMIT_BYTES,
     Fault,

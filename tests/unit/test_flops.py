@@ -1,4 +1,4 @@
-"""Tests for hf_vit_scaling.flops (analytic ViT FLOPs, peak tables, MFU). Fast, CPU-only, no network."""
+"""Tests for hf_vit_scaling.models.flops (analytic ViT FLOPs, peak tables, MFU). Fast, CPU-only, no network."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import ViTConfig
 
-from hf_vit_scaling.flops import (
+from hf_vit_scaling.models.flops import (
     PEAK_TFLOPS,
     PRECISIONS,
     lookup_peak_tflops,

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.hetero import UnevenBatchSampler, loss_weight, parse_shares, split_batch
+from hf_vit_scaling.parallel.hetero import UnevenBatchSampler, loss_weight, parse_shares, split_batch
 
 
 def test_split_batch_is_proportional_and_exact():

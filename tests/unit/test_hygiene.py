@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.hygiene import (
+from hf_vit_scaling.medical.duplicates import (
     SplitRecord,
     class_balance,
     content_hash,

@@ -4,7 +4,12 @@ import torch
 import torch.nn.functional as F
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.imbalance import class_weighting_loss, class_weights, make_weighted_loss, weighted_cross_entropy
+from hf_vit_scaling.training.imbalance import (
+    class_weighting_loss,
+    class_weights,
+    make_weighted_loss,
+    weighted_cross_entropy,
+)
 
 
 def test_balanced_weights_are_inverse_frequency_with_mean_one():

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.learning_rate import DEFAULT_SCALING_WARMUP, apply_lr_scaling, scaled_learning_rate
+from hf_vit_scaling.training.learning_rate import DEFAULT_SCALING_WARMUP, apply_lr_scaling, scaled_learning_rate
 
 
 def test_lr_scaling_rules():

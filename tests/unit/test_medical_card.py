@@ -1,7 +1,7 @@
 import pytest
 from huggingface_hub import ModelCard, metadata_load
 
-from hf_vit_scaling.medical_card import (
+from hf_vit_scaling.medical.card import (
     CARD_METRICS,
     NOT_FOR_CLINICAL_USE,
     REQUIRED_SECTIONS,

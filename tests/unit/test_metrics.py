@@ -1,7 +1,7 @@
 import numpy as np
 from transformers import EvalPrediction
 
-from hf_vit_scaling.metrics import make_compute_metrics, topk_accuracy
+from hf_vit_scaling.evaluation.metrics import make_compute_metrics, topk_accuracy
 
 
 def test_topk_accuracy_known_values():

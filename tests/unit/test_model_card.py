@@ -3,7 +3,7 @@ Hub dataset ids, DeepSpeed named when it was used, and the path `pipeline(...)` 
 
 import pytest
 
-from hf_vit_scaling.model_card import render_model_card, write_model_card
+from hf_vit_scaling.evaluation.model_card import render_model_card, write_model_card
 
 PLAIN_TRAINER = {"engine": "none (plain Trainer)", "ds_config": "none"}  # recipes/train_vit.py without --ds_config
 FSDP2 = {"engine": "FSDP2 (fully_shard per ViTLayer, parameters resharded after forward, FULL_STATE_DICT)",

@@ -5,7 +5,7 @@ import torch
 from transformers import ViTForImageClassification
 
 from hf_vit_scaling.data.device_transforms import DevicePreprocessor
-from hf_vit_scaling.model_hooks import attach_model_hooks
+from hf_vit_scaling.training.model_hooks import attach_model_hooks
 from tests.helpers import tiny_vit_config
 
 

@@ -5,9 +5,9 @@ import pytest
 import torch
 from transformers import ViTForImageClassification
 
-from hf_vit_scaling.arguments import parse_args
+from hf_vit_scaling.arguments.parse import parse_args
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.models import MODEL_PRESETS, count_parameters, load_model_for_finetuning, preset_config
+from hf_vit_scaling.models.presets import MODEL_PRESETS, count_parameters, load_model_for_finetuning, preset_config
 from tests.helpers import save_tiny_pretrained_vit
 
 LABELS = [f"class_{i}" for i in range(7)]

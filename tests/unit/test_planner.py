@@ -7,9 +7,9 @@ import torch
 from transformers import ViTConfig, ViTForImageClassification
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.flops import vit_forward_macs_per_image
-from hf_vit_scaling.models import MODEL_PRESETS
-from hf_vit_scaling.planner import (
+from hf_vit_scaling.models.flops import vit_forward_macs_per_image
+from hf_vit_scaling.models.presets import MODEL_PRESETS
+from hf_vit_scaling.planning.memory import (
     ENGINES,
     GiB,
     PlanSettings,

@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import ViTConfig, ViTForImageClassification
 
-from hf_vit_scaling.models import MODEL_PRESETS
-from hf_vit_scaling.planner import VitShape, model_state_bytes
+from hf_vit_scaling.models.presets import MODEL_PRESETS
+from hf_vit_scaling.planning.memory import VitShape, model_state_bytes
 
 stage_1_and_2 = pytest.importorskip("deepspeed.runtime.zero.stage_1_and_2")
 stage3 = pytest.importorskip("deepspeed.runtime.zero.stage3")

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from transformers import HfArgumentParser
 
-from hf_vit_scaling.arguments import ALL_ARGUMENT_CLASSES, RecipeArguments
+from hf_vit_scaling.arguments.parse import ALL_ARGUMENT_CLASSES, RecipeArguments
 from tests.helpers import RECIPE_FOLDERS, REPO, readme_commands, recipe_config_files
 
 CONFIGS = sorted(REPO.glob("recipes/**/*.yaml"))

@@ -9,7 +9,7 @@ import torch
 from transformers import Trainer, TrainingArguments, ViTForImageClassification
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.regularization import (
+from hf_vit_scaling.regularization.ema import (
     EMA_FILENAME,
     LAYER_DECAY_FILENAME,
     DropPath,

@@ -4,9 +4,9 @@ are refused before any work."""
 import pytest
 from transformers import HfArgumentParser
 
+from hf_vit_scaling.arguments.regularization import RegularizationArguments, check_regularization
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.regularization import EMA_FILENAME
-from hf_vit_scaling.regularization_args import RegularizationArguments, check_regularization
+from hf_vit_scaling.regularization.ema import EMA_FILENAME
 
 DEIT = dict(
     mixup_alpha=0.8,

@@ -2,10 +2,10 @@
 
 from types import SimpleNamespace
 
-from hf_vit_scaling.arguments import parse_args
-from hf_vit_scaling.engine import Engine
-from hf_vit_scaling.models import image_processor_for
-from hf_vit_scaling.run import World, build_model, model_card_facts
+from hf_vit_scaling.arguments.parse import parse_args
+from hf_vit_scaling.models.presets import image_processor_for
+from hf_vit_scaling.parallel.engine import Engine
+from hf_vit_scaling.training.run import World, build_model, model_card_facts
 from tests.helpers import save_tiny_pretrained_vit
 
 

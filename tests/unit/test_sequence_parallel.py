@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.models import build_model_from_preset, load_model_for_finetuning, preset_config
-from hf_vit_scaling.sequence_parallel import (
+from hf_vit_scaling.models.presets import build_model_from_preset, load_model_for_finetuning, preset_config
+from hf_vit_scaling.parallel.sequence_parallel import (
     check_sequence_parallel,
     configure_ds_config,
     sequence_parallel_loss_grad_scale,
@@ -76,8 +76,8 @@ def test_high_resolution_recipe_file_parses_and_fits_its_model(tmp_path):
     import yaml
     from transformers import HfArgumentParser
 
-    from hf_vit_scaling.arguments import ALL_ARGUMENT_CLASSES
-    from hf_vit_scaling.models import MODEL_PRESETS
+    from hf_vit_scaling.arguments.parse import ALL_ARGUMENT_CLASSES
+    from hf_vit_scaling.models.presets import MODEL_PRESETS
 
     values = yaml.safe_load((REPO / "recipes" / "vit_b16_1024_sp.yaml").read_text(encoding="utf-8"))
     values.update(bf16=False, use_cpu=True, output_dir=str(tmp_path))  # bf16 needs an accelerator

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from hf_vit_scaling.arguments import DataArguments, parse_args
+from hf_vit_scaling.arguments.parse import DataArguments, parse_args
 from hf_vit_scaling.data.decoding import decode_raw, stack_batch
 from hf_vit_scaling.data.streaming import (
     POSITION_DIRNAME,

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from hf_vit_scaling.studies import add_scaling_columns, speedup, strong_efficiency, weak_efficiency
+from hf_vit_scaling.planning.studies import add_scaling_columns, speedup, strong_efficiency, weak_efficiency
 from tests.helpers import REPO
 
 

@@ -11,13 +11,13 @@ import torch
 from transformers import TrainingArguments, ViTForImageClassification
 
 from hf_vit_scaling.errors import NonFiniteLossError
-from hf_vit_scaling.evaluation import make_module_compute_metrics
-from hf_vit_scaling.faults import FAULTS_ENV
-from hf_vit_scaling.hetero import loss_weight
+from hf_vit_scaling.evaluation.model_card import render_model_card
+from hf_vit_scaling.evaluation.trainer_metrics import make_module_compute_metrics
 from hf_vit_scaling.log import setup_logging
-from hf_vit_scaling.model_card import render_model_card
-from hf_vit_scaling.regularization import EMACallback
-from hf_vit_scaling.trainer import TRACE_DIRNAME, VitTrainer
+from hf_vit_scaling.parallel.hetero import loss_weight
+from hf_vit_scaling.regularization.ema import EMACallback
+from hf_vit_scaling.training.faults import FAULTS_ENV
+from hf_vit_scaling.training.trainer import TRACE_DIRNAME, VitTrainer
 from tests.helpers import tiny_vit_config
 
 

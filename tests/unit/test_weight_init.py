@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from hf_vit_scaling.arguments import parse_args
+from hf_vit_scaling.arguments.parse import parse_args
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.models import build_model_from_preset, preset_config
-from hf_vit_scaling.weight_init import describe_init, initialize_weights, sincos_2d_position_table
+from hf_vit_scaling.models.presets import build_model_from_preset, preset_config
+from hf_vit_scaling.models.weight_init import describe_init, initialize_weights, sincos_2d_position_table
 
 
 def fresh_model(seed=0, size=16, **overrides):

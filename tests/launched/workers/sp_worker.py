@@ -27,12 +27,12 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import deepspeed  # noqa: E402
 from transformers import TrainingArguments, ViTConfig, ViTForImageClassification  # noqa: E402
 
-from hf_vit_scaling.sequence_parallel import (  # noqa: E402
+from hf_vit_scaling.parallel.sequence_parallel import (  # noqa: E402
     ViTSequenceParallel,
     sequence_parallel_loss_grad_scale,
     setup_sequence_parallel,  # noqa: E402
 )
-from hf_vit_scaling.trainer import VitTrainer  # noqa: E402
+from hf_vit_scaling.training.trainer import VitTrainer  # noqa: E402
 
 SP = 2
 BATCH = 3
@@ -144,7 +144,7 @@ def zero_steps(spec: str, steps: int = 3, lr: float = 0.5) -> dict:
             ds_config["zero_optimization"]["offload_param"] = {"device": "cpu"}
         ds_config["zero_force_ds_cpu_optimizer"] = False  # plain torch SGD, as the reference
     world = dist.get_world_size()
-    from hf_vit_scaling.sequence_parallel import configure_ds_config
+    from hf_vit_scaling.parallel.sequence_parallel import configure_ds_config
 
     configure_ds_config(ds_config, SP, BATCH, 1, world)
     model = build(config)

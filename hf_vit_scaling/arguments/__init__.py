@@ -1,0 +1,1 @@
+"""The recipe's command line: argument dataclasses by group, parsing (yaml/json files and flags), and the checks across groups."""

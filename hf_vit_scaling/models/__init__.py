@@ -1,0 +1,1 @@
+"""Model presets and building, weight initialization, and the FLOP formulas."""

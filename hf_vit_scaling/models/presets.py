@@ -1,0 +1,209 @@
+"""ViT model presets (train from scratch) and checkpoint loading with a new head (fine-tune), ZeRO-3 safe."""
+
+import json
+import os
+
+import torch
+from huggingface_hub.errors import EntryNotFoundError
+from safetensors.torch import load_file
+from transformers import AutoModelForImageClassification, ViTConfig, ViTForImageClassification
+from transformers.utils import cached_file, is_torchvision_available
+
+from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.log import logger
+
+# Standard sizes: ViT-B/L/H from Dosovitskiy et al. 2021 (Table 1), Ti/S from DeiT (Touvron et al. 2021).
+# vit-tiny-cpu is CPU-sized, for tests and the README's main job: 32 px, patch 4 -> 64 patches + CLS = 65 tokens.
+# vit-b-16 is the study's model: 224 px, 86 M parameters.
+PRESET_FIELDS = ("image_size", "patch_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                 "intermediate_size")  # fmt: skip
+_PRESET_ROWS = {
+    "vit-tiny-cpu": (32, 4, 96, 4, 4, 192),
+    "vit-ti-16": (224, 16, 192, 12, 3, 768),
+    "vit-s-16": (224, 16, 384, 12, 6, 1536),
+    "vit-b-16": (224, 16, 768, 12, 12, 3072),
+    "vit-l-16": (224, 16, 1024, 24, 16, 4096),
+    "vit-h-14": (224, 14, 1280, 32, 16, 5120),
+}
+MODEL_PRESETS: dict[str, dict] = {name: dict(zip(PRESET_FIELDS, row)) for name, row in _PRESET_ROWS.items()}
+DEFAULT_PRESET = "vit-tiny-cpu"
+HEAD_PREFIXES = ("classifier.",)
+
+
+def label_maps(label_names: list[str]) -> dict:
+    return {
+        "num_labels": len(label_names),
+        "id2label": {i: name for i, name in enumerate(label_names)},
+        "label2id": {name: i for i, name in enumerate(label_names)},
+    }
+
+
+def check_config_overrides(overrides: str, config: ViTConfig | None = None) -> ViTConfig:
+    """Apply `--config_overrides` ("key=value,...", transformers' `update_from_string`) to `config` (a default
+    ViTConfig when None), refusing unknown keys, bad values and a hidden size the heads do not divide."""
+    config = config or ViTConfig()
+    try:
+        config.update_from_string(overrides)
+    except ValueError as err:  # also a pair without "=": dict() of a one-element split
+        raise UserInputError(
+            f"--config_overrides {overrides!r}: {err}. Fix: comma-separated key=value pairs of ViTConfig fields, e.g. "
+            "hidden_size=128,num_hidden_layers=6."
+        ) from None
+    if config.hidden_size % config.num_attention_heads:
+        raise UserInputError(
+            f"--config_overrides gives hidden_size {config.hidden_size}, which {config.num_attention_heads} attention "
+            "heads do not divide. Fix: make hidden_size a multiple of num_attention_heads."
+        )
+    return config
+
+
+def preset_config(
+    preset: str,
+    label_names: list[str],
+    image_size: int | None = None,
+    patch_size: int | None = None,
+    attn_implementation: str = "sdpa",
+    config_overrides: str | None = None,
+) -> ViTConfig:
+    """A ViTConfig for a named preset, with the dataset's labels, optional resolution overrides and
+    `--config_overrides`."""
+    if preset not in MODEL_PRESETS:
+        raise UserInputError(f"--model_preset {preset!r} is unknown. Fix: use one of {', '.join(MODEL_PRESETS)}.")
+    values = dict(MODEL_PRESETS[preset])
+    values["image_size"] = image_size or values["image_size"]
+    values["patch_size"] = patch_size or values["patch_size"]
+    config = ViTConfig(**values, **label_maps(label_names))
+    if config_overrides:
+        check_config_overrides(config_overrides, config)
+    if config.image_size % config.patch_size:
+        raise UserInputError(
+            f"--patch_size {config.patch_size} does not divide --image_size {config.image_size}. "
+            "Fix: pick sizes where image_size is a multiple of patch_size."
+        )
+    config._attn_implementation = attn_implementation
+    return config
+
+
+def build_model_from_preset(config: ViTConfig) -> ViTForImageClassification:
+    """Random-init model. `from_config` builds it under `deepspeed.zero.Init` when ZeRO-3 is active."""
+    return AutoModelForImageClassification.from_config(config, attn_implementation=config._attn_implementation)
+
+
+def image_processor_for(config: ViTConfig):
+    """The processor saved beside a from-scratch model: resize to the model's size, normalise to [-1, 1].
+
+    The torchvision-backed `ViTImageProcessor` where torchvision is installed, else its PIL twin (same config file).
+    """
+    if is_torchvision_available():
+        from transformers import ViTImageProcessor as processor_class
+    else:
+        from transformers import ViTImageProcessorPil as processor_class
+    size = config.image_size
+    return processor_class(size={"height": size, "width": size}, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+
+
+def _checkpoint_files(name_or_path: str, revision: str, cache_dir: str | None) -> list[str]:
+    """Weight files of a checkpoint (local or Hub): safetensors first, sharded or not, else a torch .bin."""
+    for single, index in (
+        ("model.safetensors", "model.safetensors.index.json"),
+        ("pytorch_model.bin", "pytorch_model.bin.index.json"),
+    ):
+        for filename in (single, index):
+            try:
+                path = cached_file(
+                    name_or_path,
+                    filename,
+                    revision=revision,
+                    cache_dir=cache_dir,
+                    _raise_exceptions_for_missing_entries=False,
+                )
+            except (EntryNotFoundError, OSError):
+                path = None
+            if path is None:
+                continue
+            if filename == index:
+                with open(path, encoding="utf-8") as f:
+                    shards = sorted(set(json.load(f)["weight_map"].values()))
+                return [cached_file(name_or_path, shard, revision=revision, cache_dir=cache_dir) for shard in shards]
+            return [path]
+    raise UserInputError(
+        f"--model_name_or_path {name_or_path!r}: no model.safetensors or pytorch_model.bin found. "
+        "Fix: pass a ViT checkpoint folder or Hub id (e.g. google/vit-base-patch16-224-in21k)."
+    )
+
+
+def load_backbone_state_dict(
+    name_or_path: str, revision: str = "main", cache_dir: str | None = None, keep_head: bool = False
+) -> dict:
+    """The checkpoint's weights (safetensors, or `weights_only` torch loading), without its classification head
+    unless `keep_head`."""
+    state_dict = {}
+    for path in _checkpoint_files(name_or_path, revision, cache_dir):
+        if path.endswith(".safetensors"):
+            state_dict.update(load_file(path))
+        else:
+            state_dict.update(torch.load(path, map_location="cpu", weights_only=True))
+    return {k: v for k, v in state_dict.items() if keep_head or not k.startswith(HEAD_PREFIXES)}
+
+
+def same_labels(saved_id2label: dict, label_names: list[str]) -> bool:
+    """Whether a checkpoint's classes are exactly these, in this order (then its head still fits)."""
+    return [saved_id2label.get(i) for i in range(len(saved_id2label))] == list(label_names)
+
+
+def interpolate_position_embeddings(state_dict: dict, config: ViTConfig, image_size: int) -> None:
+    """Resize a checkpoint's position table to `image_size` once, in place, with the bicubic interpolation of
+    transformers' `ViTEmbeddings.interpolate_pos_encoding` (the CLS entry kept): 224 -> 1024 px at patch 16 turns
+    1 + 14 x 14 = 197 entries into 1 + 64 x 64 = 4,097. The saved model then runs at the new size without flags."""
+    grid = image_size // config.patch_size
+    for key in [k for k in state_dict if k.endswith("embeddings.position_embeddings")]:
+        table = state_dict[key]
+        old = int(round((table.shape[1] - 1) ** 0.5))
+        patches = table[:, 1:].reshape(1, old, old, -1).permute(0, 3, 1, 2).float()
+        patches = torch.nn.functional.interpolate(patches, size=(grid, grid), mode="bicubic", align_corners=False)
+        patches = patches.permute(0, 2, 3, 1).reshape(1, grid * grid, -1).to(table.dtype)
+        state_dict[key] = torch.cat([table[:, :1], patches], dim=1)
+    config.image_size = image_size
+
+
+def load_model_for_finetuning(
+    name_or_path: str,
+    label_names: list[str],
+    revision: str = "main",
+    cache_dir: str | None = None,
+    attn_implementation: str = "sdpa",
+    image_size: int | None = None,
+):
+    """A pretrained ViT with a new head sized to `label_names`, correct under ZeRO-3 too. A checkpoint trained on
+    the same classes in the same order keeps its head (continued training, e.g. at a higher resolution).
+
+    `ignore_mismatched_sizes=True` is not used: under ZeRO-3 the mismatched head is marked as loaded and never
+    initialised (transformers issue 17336). Instead the head's keys are dropped from the state dict, so the head is a
+    plain missing key, which transformers initialises (gathering the partitioned parameters) in every mode.
+    """
+    if os.path.isdir(name_or_path) and not os.path.isfile(os.path.join(name_or_path, "config.json")):
+        raise UserInputError(
+            f"--model_name_or_path {name_or_path!r} has no config.json. Fix: pass a saved model folder."
+        )
+    config = ViTConfig.from_pretrained(name_or_path, revision=revision, cache_dir=cache_dir)
+    keep_head = same_labels(config.id2label, label_names)
+    config.update(label_maps(label_names))  # the data's classes (the head is new unless they are the saved ones)
+    if keep_head:
+        logger.info(f"{name_or_path} was trained on the same {len(label_names)} classes: its head is kept.")
+    state_dict = load_backbone_state_dict(name_or_path, revision, cache_dir, keep_head)
+    if image_size and image_size != config.image_size:  # high-resolution fine-tuning from e.g. a 224 px checkpoint
+        if image_size % config.patch_size:
+            raise UserInputError(
+                f"--image_size {image_size} is not a multiple of the checkpoint's patch size "
+                f"{config.patch_size}. Fix: pick a multiple of {config.patch_size}."
+            )
+        interpolate_position_embeddings(state_dict, config, image_size)
+    # With `state_dict`, transformers wants no name: the weights come from the dict, the shapes from `config`.
+    return ViTForImageClassification.from_pretrained(
+        None, config=config, state_dict=state_dict, attn_implementation=attn_implementation
+    )
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Parameter count, also under ZeRO-3 where each rank holds a shard (`ds_numel` is the full size)."""
+    return sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())

@@ -1,0 +1,1 @@
+"""Device-side augmentation (RandAugment, Mixup/CutMix, erasing) and model regularization (drop path, EMA, layer decay)."""

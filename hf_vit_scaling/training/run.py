@@ -1,0 +1,277 @@
+"""The recipe's building blocks, in the order `recipes/train_vit.py` calls them.
+
+1. `prepare_world(args)`: the engine (DeepSpeed, FSDP2 or the plain Trainer) and its communication, the learning rate
+   for the global batch, sequence-parallel groups, and the checkpoint to resume from; all before the model exists
+   (ZeRO-3 builds it partitioned over the world).
+2. `build_model(model_args, label_names)`: a preset from scratch or a checkpoint with a new head.
+3. `prepare_inputs(args, world, data, model, processor, model_desc)`: the input path (device, host crop or
+   per-sample), the model's hooks in their one order (`model_hooks`), per-rank batches for heterogeneous clusters,
+   the metrics and the model card's facts.
+4. `finish_run(trainer, train_result, world, inputs)`: save, evaluate (metrics, and per class in
+   eval_confusion_matrix.json), report skipped images, model card, push, one done line.
+"""
+
+import os
+from dataclasses import dataclass
+
+from transformers import AutoImageProcessor
+
+from hf_vit_scaling.arguments.regularization import check_regularization
+from hf_vit_scaling.data import (
+    DevicePreprocessor,
+    attach_host_crop_transforms,
+    attach_transforms,
+    attach_uint8_transforms,
+    choose_input_path,
+    collate_image_batch,
+    collate_uint8_batch,
+    with_sample_index,
+)
+from hf_vit_scaling.data.streaming import attach_streaming_transforms, is_streaming, split_size
+from hf_vit_scaling.evaluation.trainer_metrics import make_module_compute_metrics, save_class_report
+from hf_vit_scaling.log import logger, setup_logging
+from hf_vit_scaling.models.flops import as_pair
+from hf_vit_scaling.models.presets import (
+    build_model_from_preset,
+    count_parameters,
+    image_processor_for,
+    load_model_for_finetuning,
+    preset_config,
+)
+from hf_vit_scaling.models.weight_init import describe_init, initialize_weights
+from hf_vit_scaling.parallel.distributed import global_batch_size, is_main_process
+from hf_vit_scaling.parallel.engine import Engine, engine_of, start_engine
+from hf_vit_scaling.parallel.hetero import SlowRankSimulator, balanced_rank_batches
+from hf_vit_scaling.parallel.sequence_parallel import setup_sequence_parallel
+from hf_vit_scaling.regularization.batch_augmenter import BatchAugmenter, EvalCenterCrop
+from hf_vit_scaling.regularization.ema import EMACallback
+from hf_vit_scaling.training.checkpoints import (
+    needs_universal_checkpoint,
+    prepare_world_size_change,
+    resolve_resume_checkpoint,
+    write_json_atomically,
+)
+from hf_vit_scaling.training.imbalance import class_weighting_loss
+from hf_vit_scaling.training.learning_rate import apply_lr_scaling
+from hf_vit_scaling.training.model_hooks import attach_model_hooks
+
+
+@dataclass
+class World:
+    """What is settled before the model is built."""
+
+    engine: Engine
+    lr_info: dict  # the learning-rate rule applied (see learning_rate.apply_lr_scaling)
+    sequence_parallel: object | None  # a ViTSequenceParallel, or None
+    resume_from: str | None  # a complete checkpoint folder, or None
+
+
+@dataclass
+class TrainerInputs:
+    """What the Trainer is given besides the model: splits with transforms, the collate function, the metrics, the
+    model card's facts and per-rank batches."""
+
+    splits: dict
+    collate: object
+    compute_metrics: object
+    model_card: dict
+    rank_batches: list[int] | None
+    compute_loss_func: object | None = None  # soft-target loss with Mixup/CutMix/label smoothing
+    ema: object | None = None  # EMACallback: the weights' moving average, continued from a resumed checkpoint
+
+
+def prepare_world(args) -> World:
+    """Logging, engine, learning rate, sequence-parallel groups and the resume point (see the module docstring)."""
+    training = args.training
+    setup_logging(training.get_process_log_level())
+    training.remove_unused_columns = False  # images become `pixel_values` in a transform: raw columns must reach it
+    if args.streaming.streaming:
+        training.ignore_data_skip = True  # a stream resumes from the data position in the checkpoint, not by skipping
+    if training.device.type == "cpu":
+        training.dataloader_pin_memory = False  # pinning needs an accelerator
+    sp_size = args.engine.sequence_parallel_size
+    lr_info = apply_lr_scaling(training, args.lr.lr_scaling, args.lr.reference_batch_size, sp_size)
+    engine = engine_of(training)
+    start_engine(engine, training)
+    sequence_parallel = setup_sequence_parallel(sp_size, engine.ds_config, training)
+    resume_from = resume_checkpoint(training, engine)
+    check_regularization(args.regularization, resume_from=resume_from)  # the EMA state must be there
+    return World(engine, lr_info, sequence_parallel, resume_from)
+
+
+def resume_checkpoint(training_args, engine: Engine) -> str | None:
+    """--resume_from_checkpoint PATH or `latest` -> a complete checkpoint (or None); prepares DeepSpeed's universal
+    checkpoint when the number of processes changed since it was saved."""
+    folder, notes = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+    world = training_args.world_size
+    if needs_universal_checkpoint(folder, world, engine.zero_stage):
+        notes.append(prepare_world_size_change(folder, training_args, world, is_main_process()))
+    for note in notes:
+        logger.info(f"Resume: {note}")
+    return folder
+
+
+def build_model(model_args, label_names: list[str]):
+    """From scratch (preset) or from a checkpoint (new head). Returns (model, image processor, description)."""
+    if model_args.model_name_or_path:
+        # --image_size with a checkpoint: high-resolution fine-tuning, position embeddings interpolated once.
+        name = model_args.model_name_or_path
+        model = load_model_for_finetuning(name, label_names, model_args.model_revision, model_args.cache_dir,
+                                          model_args.attn_implementation, model_args.image_size)  # fmt: skip
+        processor = AutoImageProcessor.from_pretrained(
+            name, revision=model_args.model_revision, cache_dir=model_args.cache_dir
+        )
+        if model_args.image_size:
+            processor.size = {"height": model_args.image_size, "width": model_args.image_size}
+        return model, processor, f"fine-tuned from {name}"
+    config = preset_config(model_args.preset, label_names, model_args.image_size, model_args.patch_size,
+                           model_args.attn_implementation, model_args.config_overrides)  # fmt: skip
+    changed = f" ({model_args.config_overrides})" if model_args.config_overrides else ""
+    model = build_model_from_preset(config)
+    initialize_weights(model, model_args.weight_init, model_args.position_embedding_init)
+    init = describe_init(model_args.weight_init, model_args.position_embedding_init)
+    return model, image_processor_for(config), f"{model_args.preset}{changed} trained from scratch{init}"
+
+
+def training_loss(args, data, augmenter):
+    """The Trainer's `compute_loss_func`: the augmenter's soft-target loss (Mixup/CutMix, label smoothing),
+    class-weighted cross-entropy, or None for the model's own loss. Reads the training labels, so call it before
+    the image transforms are set."""
+    if augmenter.produces_soft_targets:
+        return augmenter.loss
+    if args.data.class_weighting != "none":  # validate_args refused class weights beside soft targets
+        labels = data.splits["train"][data.label_column]
+        return class_weighting_loss(args.data.class_weighting, labels, len(data.label_names))
+    return None
+
+
+def attach_input_transforms(data, data_args, size: int, mean, std, eval_crop_pct: float | None = None):
+    """(splits, collate, device preprocessor or None, input path) for the input path `--input_path` resolves to."""
+    input_path = choose_input_path(data, data_args.input_path)
+    crop, flip = data_args.crops_at(size), data_args.flips_at(size)
+    crop_text = f"on (scale {data_args.crop_scale_min}-1)" if crop else "off"
+    logger.info(f"Training augmentation at {size} px: random resized crop {crop_text}, horizontal flip "
+                f"{'on' if flip else 'off'}, random shift of up to {data_args.random_crop_padding} px.")  # fmt: skip
+    if input_path == "device":
+        # uint8 batches cross to the device; resize, augmentation and normalisation run there, batched.
+        preprocessor = DevicePreprocessor.from_data_args(size, mean, std, data_args)
+        return attach_uint8_transforms(data), collate_uint8_batch, preprocessor, input_path
+    if input_path == "host_crop":
+        # Variable sizes: uint8 crops at the model's size are cut on the host (the random resized crop, or the
+        # --eval_crop_pct centre crop); the flip, shifts and normalisation run on the device.
+        preprocessor = DevicePreprocessor.from_data_args(size, mean, std, data_args, crop_on_device=False)
+        splits = attach_host_crop_transforms(data, size, data_args, eval_crop_pct)
+        return splits, collate_uint8_batch, preprocessor, input_path
+    return attach_transforms(data, size, mean, std, data_args), collate_image_batch, None, input_path
+
+
+def prepare_inputs(args, world: World, data, model, processor, model_desc: str) -> TrainerInputs:
+    """Transforms for the chosen input path, the model's hooks in their order, per-rank batches, the loss, metrics,
+    EMA and the model card's facts."""
+    size, mean, std = as_pair(model.config.image_size)[0], processor.image_mean, processor.image_std
+    reg = args.regularization
+    smoothing = args.training.label_smoothing_factor  # applied by the augmenter's loss, before mixing
+    augmenter = BatchAugmenter.from_arguments(reg, len(data.label_names), mean, std, smoothing)
+    loss = training_loss(args, data, augmenter)
+    if is_streaming(data):  # batches are made in the stream; its items already carry their sample ids
+        splits, collate, preprocessor = attach_streaming_transforms(data, args, size, mean, std, world.resume_from)
+        input_path = "device" if preprocessor is not None else "per_sample"
+    else:
+        splits, collate, preprocessor, input_path = attach_input_transforms(data, args.data, size, mean, std,
+                                                                            reg.eval_crop_pct)  # fmt: skip
+        splits = with_sample_index(splits)  # batches say which rows they hold (skipped images, --trace_samples)
+    check_regularization(reg, input_path=input_path)
+    factor = args.cluster.slow_ranks.get(args.training.process_index, 1.0)
+    slow_rank = SlowRankSimulator(factor) if factor > 1.0 else None  # labelled in every report
+    on_device = reg.eval_crop_pct and input_path == "device"  # host_crop cuts the eval crop on the host
+    eval_crop = EvalCenterCrop(size, reg.eval_crop_pct) if on_device else None
+    attach_model_hooks(model, preprocessor, world.sequence_parallel, slow_rank,
+                       augmenter if augmenter.active else None, eval_crop, reg.drop_path_rate)  # fmt: skip
+    rank_batches = balanced_rank_batches(args.cluster.balance_batches, model, splits["train"], collate, args.training)
+    card = model_card_facts(args, world, data, model, model_desc)
+    ema = EMACallback(reg.ema_decay, world.resume_from) if reg.ema_decay else None
+    metrics = make_module_compute_metrics(data.label_names)  # top-1, top-5, macro F1; per-class kept aside
+    return TrainerInputs(splits, collate, metrics, card, rank_batches, loss, ema)
+
+
+def model_card_facts(args, world: World, data, model, model_desc: str) -> dict:
+    """Everything the model card says except the metrics (see `model_card.render_model_card`)."""
+    training, sp_size = args.training, args.engine.sequence_parallel_size
+    gas, lr_info = training.gradient_accumulation_steps, world.lr_info
+    lr_scaling = "none" if lr_info["rule"] == "none" else (
+        f"{lr_info['rule']} from {lr_info['base_lr']:g} at batch {lr_info['reference_batch']}"
+    )  # fmt: skip
+    return {
+        "model_name": os.path.basename(os.path.normpath(training.output_dir)),
+        "model_desc": model_desc,
+        "dataset": data.source,
+        "eval_split_size": len(data.splits["validation"]),
+        "hub_model_id": training.hub_model_id,
+        "setup": {
+            "model": args.model.model_name_or_path or args.model.preset,
+            "parameters": f"{count_parameters(model) / 1e6:.2f} M",
+            "image size": model.config.image_size,
+            "patch size": model.config.patch_size,
+            "classes": len(data.label_names),
+            "engine": world.engine.describe(),
+            "ds_config": world.engine.ds_config_path or "none",
+            "world size": training.world_size,
+            "per-device batch": training.per_device_train_batch_size,
+            "gradient accumulation": gas,
+            "sequence parallel size": sp_size,
+            "global batch": global_batch_size(training.per_device_train_batch_size, gas, training.world_size, sp_size),
+            "learning rate": training.learning_rate,
+            "lr scaling": lr_scaling,
+            "epochs": training.num_train_epochs if training.max_steps <= 0 else f"{training.max_steps} steps",
+            "precision": "bf16" if training.bf16 else ("fp16" if training.fp16 else "fp32"),
+            "seed": training.seed,
+        },
+    }
+
+
+def report_skips(trainer) -> dict:
+    """Gather every rank's skipped images (a collective) and write skipped_images.json and the counts."""
+    bad = trainer.gather_bad_samples()
+    counts = {
+        "train_skipped_images": sum(b["split"] == "train" for b in bad),
+        "eval_skipped_images": sum(b["split"] == "eval" for b in bad),
+        "train_nonfinite_steps_skipped": len(trainer.skipped_steps),
+    }
+    if trainer.is_world_process_zero():
+        trainer.save_metrics("reliability", counts)
+        if bad:
+            path = os.path.join(trainer.args.output_dir, "skipped_images.json")
+            write_json_atomically(path, {"count": len(bad), "images": bad})
+            logger.info(f"Skipped {len(bad)} image(s) that could not be decoded: see skipped_images.json")
+    return {"bad images skipped": len(bad), "non-finite steps skipped": len(trainer.skipped_steps)}
+
+
+def finish_run(trainer, train_result, world: World, inputs: TrainerInputs) -> dict:
+    """Save the model and metrics, evaluate, report skipped images, write the card, push, print the done line."""
+    trainer.save_model()  # model.safetensors + config + image processor (ZeRO-3: gathered 16-bit weights)
+    if trainer.ema is not None:  # the EMA weights as a second plain model beside the trained one
+        with trainer.ema.applied(trainer.model):
+            trainer.save_model(os.path.join(trainer.args.output_dir, "ema"))
+    train_metrics = dict(train_result.metrics)
+    if split_size(inputs.splits["train"]) is not None:  # a stream's size is known from a manifest only
+        train_metrics["train_samples"] = split_size(inputs.splits["train"])
+    trainer.log_metrics("train", train_metrics)
+    trainer.save_metrics("train", train_metrics)
+    trainer.save_state()
+
+    eval_metrics = trainer.evaluate()
+    eval_metrics["eval_samples"] = len(inputs.splits["validation"])
+    trainer.log_metrics("eval", eval_metrics)
+    trainer.save_metrics("eval", eval_metrics)
+    if trainer.is_world_process_zero():  # per-class accuracy and the confusion matrix: eval_confusion_matrix.json
+        for prefix, report in trainer.class_reports.items():
+            save_class_report(trainer.args.output_dir, prefix, report)
+    skips = report_skips(trainer)
+
+    trainer.write_model_card(eval_metrics)
+    if trainer.args.push_to_hub:
+        trainer.push_to_hub()  # our create_model_card writes the same card before the upload
+    noted = "".join(f", {n} {what}" for what, n in skips.items() if n)
+    logger.info(f"Done: {trainer.args.output_dir} (accuracy {eval_metrics.get('eval_accuracy', float('nan')):.4f}, "
+                f"{world.engine.label()}, {trainer.args.world_size} process(es){noted})")  # fmt: skip
+    return eval_metrics
