@@ -23,17 +23,13 @@ import time
 import torch
 from _common import report_result
 
-from hf_vit_scaling.data.device_transforms import DevicePreprocessor
+from hf_vit_scaling.data.device_transforms import DevicePreprocessor, EvalCenterCrop
 from hf_vit_scaling.models.presets import build_model_from_preset, preset_config
-from hf_vit_scaling.regularization.batch_augmenter import (
-    BatchAugmenter,
-    EvalCenterCrop,
-    RandAugment,
-    mix_batch,
-    parse_rand_augment,
-)
+from hf_vit_scaling.regularization.batch_augmenter import BatchAugmenter
 from hf_vit_scaling.regularization.batch_augmenter import random_erasing as erase
 from hf_vit_scaling.regularization.ema import EMACallback
+from hf_vit_scaling.regularization.mixing import mix_batch
+from hf_vit_scaling.regularization.rand_augment import RandAugment, parse_rand_augment
 
 MEAN = STD = (0.5, 0.5, 0.5)
 

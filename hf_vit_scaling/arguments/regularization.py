@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.parallel.deepspeed_config import zero_stage
-from hf_vit_scaling.regularization.batch_augmenter import RAND_AUGMENT_EXAMPLE, parse_rand_augment
 from hf_vit_scaling.regularization.ema import EMA_FILENAME
+from hf_vit_scaling.regularization.rand_augment import RAND_AUGMENT_EXAMPLE, parse_rand_augment
 
 
 @dataclass

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from hf_vit_scaling.data.decoding import _DECODE_ERRORS, open_image, set_pixel_transforms, to_gray, to_rgb
+from hf_vit_scaling.data.decoding import _DECODE_ERRORS, open_image_header, set_pixel_transforms, to_gray, to_rgb
 from hf_vit_scaling.data.host_transforms import random_resized_crop_box
 
 JPEG_REDUCTIONS = (8, 4, 2, 1)  # what libjpeg (and so PIL's draft) can decode at: 1/8, 1/4, 1/2, full size
@@ -125,7 +125,7 @@ class CropDecoder:
 
     def __call__(self, value) -> tuple[torch.Tensor | None, str | None]:
         try:
-            image = open_image(value)
+            image = open_image_header(value)
             image, box = decode_for_box(image, self.box(*image.size), (self.size, self.size))
         except _DECODE_ERRORS as err:
             return None, f"{err.__class__.__name__}: {err}"

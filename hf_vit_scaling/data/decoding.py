@@ -7,6 +7,7 @@ the data order of resumed runs (`--trace_samples`).
 """
 
 import io
+import os
 import warnings
 
 import numpy as np
@@ -35,9 +36,14 @@ def image_name(value, index: int | None = None) -> str:
     return repr(path) if path else f"row {index}" if index is not None else "(in memory)"
 
 
-def open_image(value) -> Image.Image:
-    """A stored image (PIL image, or datasets' undecoded {"bytes", "path"}) -> a PIL image whose header is read and
-    whose pixels are not decoded yet (so a JPEG can still be decoded at reduced size: see `crop_decode`)."""
+def open_image_header(value) -> Image.Image:
+    """A stored image (PIL image, a path, raw bytes, or datasets' undecoded {"bytes", "path"}) -> a PIL image whose
+    header is read and whose pixels are not decoded yet: its size and mode are known for the price of the header, and
+    a JPEG can still be decoded at reduced size (see `crop_decode`). `decode_image` loads the pixels."""
+    if isinstance(value, (bytes, bytearray)):
+        value = {"bytes": bytes(value)}
+    elif isinstance(value, (str, os.PathLike)):
+        value = {"path": os.fspath(value)}
     if not isinstance(value, dict):
         return value
     source = io.BytesIO(value["bytes"]) if value.get("bytes") else value.get("path")
@@ -47,9 +53,9 @@ def open_image(value) -> Image.Image:
 
 
 def decode_image(value) -> Image.Image:
-    """A stored image -> a fully loaded PIL image.
+    """A stored image (anything `open_image_header` takes) -> a fully loaded PIL image.
     Raises one of _DECODE_ERRORS for a corrupt, truncated or unsupported file."""
-    image = open_image(value)
+    image = open_image_header(value)
     image.load()  # decode now: a truncated file fails here, not later inside a transform
     return image
 

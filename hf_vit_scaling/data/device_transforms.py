@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from hf_vit_scaling.data.decoding import (
     _DECODE_ERRORS,
     decode_then,
-    open_image,
+    open_image_header,
     pil_to_uint8_tensor,
     set_pixel_transforms,
     stack_batch,
@@ -161,7 +161,7 @@ def distinct_sizes(values) -> list[tuple[int, int]]:
     sizes = []
     for value in values:
         try:
-            size = open_image(value).size
+            size = open_image_header(value).size
         except _DECODE_ERRORS:
             continue
         if size not in sizes:
@@ -216,3 +216,37 @@ def choose_input_path(data: ImageClassificationData, requested: str) -> str:
     path, why = resolve_input_path(data, requested)
     logger.info(f"Input path: {path} ({why}).")
     return path
+
+
+class EvalCenterCrop:
+    """timm's evaluation transform on the device: resize the shorter side to floor(size / crop_pct), then centre
+    crop size x size (top = round((H' - size) / 2)). E.g. 224 px at crop_pct 0.875: resize to 256, keep the centre
+    224. Runs on the uint8 batch and returns uint8 (as PIL does), before the DevicePreprocessor, which then only
+    normalises. Bilinear with antialias, as the rest of the device path."""
+
+    def __init__(self, size: int, crop_pct: float):
+        self.size, self.crop_pct = size, crop_pct
+
+    def resized_shape(self, height: int, width: int) -> tuple[int, int]:
+        short = math.floor(self.size / self.crop_pct)
+        if height <= width:  # torchvision's Resize(int): the longer side is int(short * long / short_side)
+            return short, int(short * width / height)
+        return int(short * height / width), short
+
+    def __call__(self, pixels: torch.Tensor) -> torch.Tensor:
+        new_h, new_w = self.resized_shape(*pixels.shape[-2:])
+        x = F.interpolate(pixels.float(), size=(new_h, new_w), mode="bilinear", antialias=True, align_corners=False)
+        top, left = int(round((new_h - self.size) / 2.0)), int(round((new_w - self.size) / 2.0))
+        x = x[..., top : top + self.size, left : left + self.size]
+        return x.round_().clamp_(0, 255).to(torch.uint8)
+
+    def attach(self, model: torch.nn.Module):
+        """Forward pre-hook, placed first: evaluation forwards with uint8 pixels get the resize + centre crop."""
+
+        def pre_hook(module, args, kwargs):
+            pixels = kwargs.get("pixel_values")
+            if not module.training and pixels is not None and pixels.dtype == torch.uint8:
+                kwargs["pixel_values"] = self(pixels)
+            return args, kwargs
+
+        return model.register_forward_pre_hook(pre_hook, with_kwargs=True, prepend=True)

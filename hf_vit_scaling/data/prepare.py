@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from hf_vit_scaling.data.crop_decode import centre_square, decode_for_box, resize_box
-from hf_vit_scaling.data.decoding import _DECODE_ERRORS, decode_images_lazily, open_image
+from hf_vit_scaling.data.decoding import _DECODE_ERRORS, decode_images_lazily, open_image_header
 from hf_vit_scaling.data.shards import (
     FORMAT,
     FORMAT_VERSION,
@@ -100,7 +100,7 @@ def resolve_channels(source: Source, requested: str) -> int:
     split = source.splits["train"]
     for value in split.select(range(min(CHANNEL_PROBE, len(split))))[source.image_column]:
         try:
-            if open_image(value).mode not in GRAY_MODES:
+            if open_image_header(value).mode not in GRAY_MODES:
                 return 3
         except _DECODE_ERRORS:
             continue
@@ -109,7 +109,7 @@ def resolve_channels(source: Source, requested: str) -> int:
 
 def square_pixels(value, size: int, channels: int) -> bytes:
     """A stored image -> raw uint8 bytes of its centre square at size x size (H x W x C, row-major)."""
-    image = open_image(value)
+    image = open_image_header(value)
     image, box = decode_for_box(image, centre_square(*image.size), (size, size), channels)
     return resize_box(image, box, (size, size)).tobytes()
 

@@ -11,7 +11,7 @@ import os
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from hf_vit_scaling.medical.duplicates import SPLIT_NAMES
+from hf_vit_scaling.medical.splits import SPLIT_NAMES
 
 NOT_FOR_CLINICAL_USE = "Not for clinical use"
 REQUIRED_SECTIONS = (

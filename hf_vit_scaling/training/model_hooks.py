@@ -30,7 +30,7 @@ Trainer's `compute_loss_func`) can build the matching soft targets.
 
 import torch
 
-from hf_vit_scaling.regularization.ema import DropPath
+from hf_vit_scaling.regularization.drop_path import DropPath
 
 
 def attach_model_hooks(

@@ -27,8 +27,9 @@ from hf_vit_scaling.data import (
     collate_uint8_batch,
     with_sample_index,
 )
+from hf_vit_scaling.data.device_transforms import EvalCenterCrop
 from hf_vit_scaling.data.streaming import attach_streaming_transforms, is_streaming, split_size
-from hf_vit_scaling.evaluation.trainer_metrics import make_module_compute_metrics, save_class_report
+from hf_vit_scaling.evaluation.metrics import make_module_compute_metrics, save_class_report
 from hf_vit_scaling.log import logger, setup_logging
 from hf_vit_scaling.models.flops import as_pair
 from hf_vit_scaling.models.presets import (
@@ -43,7 +44,7 @@ from hf_vit_scaling.parallel.distributed import global_batch_size, is_main_proce
 from hf_vit_scaling.parallel.engine import Engine, engine_of, start_engine
 from hf_vit_scaling.parallel.hetero import SlowRankSimulator, balanced_rank_batches
 from hf_vit_scaling.parallel.sequence_parallel import setup_sequence_parallel
-from hf_vit_scaling.regularization.batch_augmenter import BatchAugmenter, EvalCenterCrop
+from hf_vit_scaling.regularization.batch_augmenter import BatchAugmenter
 from hf_vit_scaling.regularization.ema import EMACallback
 from hf_vit_scaling.training.checkpoints import (
     needs_universal_checkpoint,

@@ -37,7 +37,7 @@ from hf_vit_scaling.parallel.deepspeed_config import zero_stage
 from hf_vit_scaling.parallel.distributed import gather_object, is_multi_process
 from hf_vit_scaling.parallel.hetero import UnevenBatchSampler, loss_weight
 from hf_vit_scaling.parallel.sequence_parallel import shard_dataloader_by_data_parallel_rank
-from hf_vit_scaling.regularization.ema import LayerDecayReport, layer_decay_optimizer_cls_and_kwargs
+from hf_vit_scaling.regularization.layer_decay import LayerDecayReport, layer_decay_optimizer_cls_and_kwargs
 from hf_vit_scaling.training.checkpoints import mark_checkpoint_complete, newest_complete_checkpoint
 from hf_vit_scaling.training.faults import FaultInjector
 

@@ -20,18 +20,13 @@ import numpy as np
 import torch
 from transformers import AutoImageProcessor, AutoModelForImageClassification
 
+from hf_vit_scaling.data.decoding import decode_image
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.evaluation.classification_metrics import roc_auc, sensitivity_specificity, softmax
-from hf_vit_scaling.evaluation.trainer_metrics import (
-    BINARY_REPORT_METRICS,
-    binary_report,
-    choose_threshold,
-    pyplot,
-    save_reliability_diagram,
-    save_roc_curve,
-)
 from hf_vit_scaling.medical.card import write_medical_card
-from hf_vit_scaling.medical.duplicates import open_image, read_split_file, split_folder_path
+from hf_vit_scaling.medical.plots import pyplot, save_reliability_diagram, save_roc_curve
+from hf_vit_scaling.medical.splits import read_split_file, split_folder_path
+from hf_vit_scaling.medical.statistics import BINARY_REPORT_METRICS, binary_report, choose_threshold
 from hf_vit_scaling.training.checkpoints import write_json_atomically
 
 POSITIVE_LABEL = "yes"  # Br35H: tumour
@@ -70,7 +65,7 @@ def predict(model, processor, paths: list[str], batch_size: int) -> np.ndarray:
     logits = []
     with torch.no_grad():
         for start in range(0, len(paths), batch_size):
-            images = [open_image(p).convert("RGB") for p in paths[start : start + batch_size]]
+            images = [decode_image(p).convert("RGB") for p in paths[start : start + batch_size]]
             inputs = processor(images=images, return_tensors="pt")
             logits.append(model(pixel_values=inputs["pixel_values"]).logits.float().numpy())
     return softmax(np.concatenate(logits))

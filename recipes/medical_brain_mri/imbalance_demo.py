@@ -27,7 +27,7 @@ import numpy as np
 
 
 def subsample(args) -> int:
-    from hf_vit_scaling.medical.duplicates import (
+    from hf_vit_scaling.medical.splits import (
         class_balance,
         format_class_balance,
         read_split_file,

@@ -25,12 +25,11 @@ import sys
 import zipfile
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.medical.duplicates import (
-    DEFAULT_NEAR_DUPLICATE_THRESHOLD,
+from hf_vit_scaling.medical.duplicates import DEFAULT_NEAR_DUPLICATE_THRESHOLD, find_duplicates
+from hf_vit_scaling.medical.splits import (
     SplitRecord,
     check_split_records,
     class_balance,
-    find_duplicates,
     format_class_balance,
     read_split_file,
     split_with_groups,

@@ -10,21 +10,16 @@ import torch.nn.functional as F
 from PIL import Image, ImageEnhance, ImageOps
 from transformers import Trainer, TrainingArguments
 
-from hf_vit_scaling.data.device_transforms import DevicePreprocessor
+from hf_vit_scaling.data.device_transforms import DevicePreprocessor, EvalCenterCrop
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.regularization.batch_augmenter import (
+from hf_vit_scaling.regularization.batch_augmenter import BatchAugmenter, random_erasing
+from hf_vit_scaling.regularization.mixing import mix_batch, sample_beta, soft_target_cross_entropy, soft_targets
+from hf_vit_scaling.regularization.rand_augment import (
     OP_FUNCTIONS,
     RAND_AUGMENT_OPS,
-    BatchAugmenter,
-    EvalCenterCrop,
     RandAugment,
     RandAugmentSpec,
-    mix_batch,
     parse_rand_augment,
-    random_erasing,
-    sample_beta,
-    soft_target_cross_entropy,
-    soft_targets,
 )
 
 MEAN = STD = (0.5, 0.5, 0.5)

@@ -9,20 +9,16 @@ from transformers import EvalPrediction
 
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.evaluation import classification_metrics as cm
-from hf_vit_scaling.evaluation.metrics import make_compute_metrics, topk_accuracy
-from hf_vit_scaling.evaluation.trainer_metrics import (
-    BINARY_REPORT_METRICS,
-    SHIPPED_METRICS,
-    binary_report,
-    bootstrap_ci,
-    choose_threshold,
+from hf_vit_scaling.evaluation.metric_loading import SHIPPED_METRICS, load_metric
+from hf_vit_scaling.evaluation.metrics import (
     class_report,
-    load_metric,
+    make_compute_metrics,
     make_module_compute_metrics,
     save_class_report,
-    save_reliability_diagram,
-    save_roc_curve,
+    topk_accuracy,
 )
+from hf_vit_scaling.medical.plots import save_reliability_diagram, save_roc_curve
+from hf_vit_scaling.medical.statistics import BINARY_REPORT_METRICS, binary_report, bootstrap_ci, choose_threshold
 
 # Fixed predictions, hand-counted: 4 negatives scored .7 .3 .2 .1 and 4 positives scored .9 .8 .4 .35.
 LABELS = np.array([0, 0, 0, 0, 1, 1, 1, 1])
@@ -171,7 +167,7 @@ def test_class_report_file_is_json_with_one_matrix_row_per_line(tmp_path):
 def test_modules_load_offline_with_a_cold_cache(tmp_path):
     """A fresh HF cache and HF_HUB_OFFLINE=1: every module loads from the package's files."""
     code = (
-        "from hf_vit_scaling.evaluation.trainer_metrics import SHIPPED_METRICS, load_metric\n"
+        "from hf_vit_scaling.evaluation.metric_loading import SHIPPED_METRICS, load_metric\n"
         "print(sorted(type(load_metric(n)).__name__ for n in SHIPPED_METRICS))"
     )
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"), PYTHONPATH=os.getcwd())

@@ -8,16 +8,18 @@ from PIL import Image
 
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.medical.duplicates import (
-    SplitRecord,
-    class_balance,
     content_hash,
     find_duplicates,
     hash_images,
     near_duplicate_pairs,
+    union_groups,
+)
+from hf_vit_scaling.medical.splits import (
+    SplitRecord,
+    class_balance,
     read_split_file,
     split_folder_path,
     split_with_groups,
-    union_groups,
     write_split_file,
     write_split_folders,
 )

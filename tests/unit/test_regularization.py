@@ -9,16 +9,13 @@ import torch
 from transformers import Trainer, TrainingArguments, ViTForImageClassification
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.regularization.ema import (
-    EMA_FILENAME,
+from hf_vit_scaling.regularization.drop_path import DropPath, drop_path_rates, vit_blocks
+from hf_vit_scaling.regularization.ema import EMA_FILENAME, EMACallback
+from hf_vit_scaling.regularization.layer_decay import (
     LAYER_DECAY_FILENAME,
-    DropPath,
-    EMACallback,
     LayerDecayReport,
-    drop_path_rates,
     layer_decay_optimizer_cls_and_kwargs,
     layer_decay_param_groups,
-    vit_blocks,
     vit_layer_ids,
 )
 

@@ -11,8 +11,8 @@ import torch
 from transformers import TrainingArguments, ViTForImageClassification
 
 from hf_vit_scaling.errors import NonFiniteLossError
+from hf_vit_scaling.evaluation.metrics import make_module_compute_metrics
 from hf_vit_scaling.evaluation.model_card import render_model_card
-from hf_vit_scaling.evaluation.trainer_metrics import make_module_compute_metrics
 from hf_vit_scaling.log import setup_logging
 from hf_vit_scaling.parallel.hetero import loss_weight
 from hf_vit_scaling.regularization.ema import EMACallback

@@ -4,7 +4,7 @@ specificity) / 2. Unlike accuracy, a model that always predicts the majority cla
 import evaluate
 
 from hf_vit_scaling.evaluation import classification_metrics as cm
-from hf_vit_scaling.evaluation.trainer_metrics import LABEL_INPUTS, metric_info
+from hf_vit_scaling.evaluation.metric_loading import LABEL_INPUTS, metric_info
 
 
 class BalancedAccuracy(evaluate.Metric):

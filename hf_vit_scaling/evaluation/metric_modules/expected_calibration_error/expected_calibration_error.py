@@ -5,7 +5,7 @@ class probabilities (rows summing to 1); `n_bins` defaults to 15."""
 import evaluate
 
 from hf_vit_scaling.evaluation import classification_metrics as cm
-from hf_vit_scaling.evaluation.trainer_metrics import MULTICLASS_SCORE_INPUTS, metric_info
+from hf_vit_scaling.evaluation.metric_loading import MULTICLASS_SCORE_INPUTS, metric_info
 
 
 class ExpectedCalibrationError(evaluate.Metric):

@@ -4,7 +4,7 @@ class with no images. `num_classes` (optional) fixes the length when some classe
 import evaluate
 
 from hf_vit_scaling.evaluation import classification_metrics as cm
-from hf_vit_scaling.evaluation.trainer_metrics import LABEL_INPUTS, metric_info
+from hf_vit_scaling.evaluation.metric_loading import LABEL_INPUTS, metric_info
 
 
 class PerClassAccuracy(evaluate.Metric):

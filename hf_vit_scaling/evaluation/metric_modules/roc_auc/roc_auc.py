@@ -5,7 +5,7 @@ unweighted mean of the one-vs-rest areas."""
 import evaluate
 
 from hf_vit_scaling.evaluation import classification_metrics as cm
-from hf_vit_scaling.evaluation.trainer_metrics import BINARY_SCORE_INPUTS, MULTICLASS_SCORE_INPUTS, metric_info
+from hf_vit_scaling.evaluation.metric_loading import BINARY_SCORE_INPUTS, MULTICLASS_SCORE_INPUTS, metric_info
 
 
 class RocAuc(evaluate.Metric):

@@ -4,7 +4,7 @@ with the four counts. `prediction_scores` is each image's score for the positive
 import evaluate
 
 from hf_vit_scaling.evaluation import classification_metrics as cm
-from hf_vit_scaling.evaluation.trainer_metrics import BINARY_SCORE_INPUTS, metric_info
+from hf_vit_scaling.evaluation.metric_loading import BINARY_SCORE_INPUTS, metric_info
 
 
 class SensitivitySpecificity(evaluate.Metric):

@@ -10,7 +10,7 @@ Inputs: `predictions`, per-class scores (logits or probabilities) of each image;
 import evaluate
 
 from hf_vit_scaling.evaluation import classification_metrics as cm
-from hf_vit_scaling.evaluation.trainer_metrics import SCORE_INPUTS, metric_info
+from hf_vit_scaling.evaluation.metric_loading import SCORE_INPUTS, metric_info
 
 
 class TopKAccuracy(evaluate.Metric):
