@@ -23,7 +23,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 from hf_vit_scaling.arguments.parse import DataArguments
 from hf_vit_scaling.data.decoding import stack_batch as collate_image_batch
 from hf_vit_scaling.data.host_transforms import attach_transforms
-from hf_vit_scaling.data.sources import load_image_classification_data
+from hf_vit_scaling.data.loading import load_image_classification_data
 from hf_vit_scaling.models.presets import build_model_from_preset, image_processor_for, preset_config
 from hf_vit_scaling.throughput.timing import ThroughputCallback
 

@@ -36,7 +36,7 @@ from PIL import Image as PILImage
 from torch.utils.data import DataLoader
 
 from hf_vit_scaling.arguments.parse import parse_args
-from hf_vit_scaling.data.sources import ImageClassificationData
+from hf_vit_scaling.data.types import ImageClassificationData
 from hf_vit_scaling.regularization.batch_augmenter import BatchAugmenter
 from hf_vit_scaling.training.run import attach_input_transforms
 

@@ -156,7 +156,10 @@ def make_uint8_shards(root, shards=16, rows=64, *, size=16, channels=3, classes=
     import pyarrow.parquet as pq
 
     root, rng = Path(root), np.random.default_rng(seed)
-    manifest = {"size": size, "channels": channels, "class_names": list(classes), "splits": {}}
+    from hf_vit_scaling.data.shards import FORMAT, FORMAT_VERSION
+
+    manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "size": size, "channels": channels,
+                "class_names": list(classes), "splits": {}}  # fmt: skip
     for split, n_shards, n_rows in (("train", shards, rows), ("validation", 1, eval_rows)):
         (root / split).mkdir(parents=True, exist_ok=True)
         manifest["splits"][split] = []

@@ -13,7 +13,7 @@ import yaml
 from transformers import HfArgumentParser, TrainingArguments, ViTConfig
 
 from hf_vit_scaling.arguments.regularization import RegularizationArguments, check_regularization
-from hf_vit_scaling.data.streaming import StreamingArguments, check_streaming
+from hf_vit_scaling.arguments.streaming import StreamingArguments, check_streaming
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.models.presets import DEFAULT_PRESET, MODEL_PRESETS, check_config_overrides
 from hf_vit_scaling.models.weight_init import POSITION_EMBEDDING_INITS, WEIGHT_INITS, check_sincos_width

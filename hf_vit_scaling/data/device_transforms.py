@@ -19,16 +19,13 @@ import torch
 import torch.nn.functional as F
 
 from hf_vit_scaling.data.decoding import (
-    _DECODE_ERRORS,
     decode_then,
-    open_image_header,
     pil_to_uint8_tensor,
     set_pixel_transforms,
     stack_batch,
 )
-from hf_vit_scaling.data.sources import ImageClassificationData
+from hf_vit_scaling.data.types import ImageClassificationData
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.log import logger
 
 
 def attach_uint8_transforms(data: ImageClassificationData):
@@ -149,73 +146,6 @@ class DevicePreprocessor:
             return args, kwargs
 
         return model.register_forward_pre_hook(pre_hook, with_kwargs=True)
-
-
-INPUT_PATHS = ("auto", "device", "host_crop", "per_sample")
-SIZE_PROBE = 64  # images read per split (headers only) to tell one size from many
-
-
-def distinct_sizes(values) -> list[tuple[int, int]]:
-    """The distinct (width, height) of stored images in first-seen order, read from their headers (no pixels
-    decoded). A file that cannot be opened is skipped here (and skipped or refused later)."""
-    sizes = []
-    for value in values:
-        try:
-            size = open_image_header(value).size
-        except _DECODE_ERRORS:
-            continue
-        if size not in sizes:
-            sizes.append(size)
-    return sizes
-
-
-def probe_sizes(data: ImageClassificationData, probe: int = SIZE_PROBE) -> list[tuple[int, int]]:
-    """The distinct (width, height) of the first `probe` training and validation images (`distinct_sizes`)."""
-    values = []
-    for split in ("train", "validation"):
-        values += data.splits[split].select(range(min(probe, len(data.splits[split]))))[data.image_column]
-    return distinct_sizes(values)
-
-
-def images_share_one_size(data: ImageClassificationData, probe: int = SIZE_PROBE) -> bool:
-    """True when the first `probe` training images (and as many validation images) have one size."""
-    return data.raw_shape is not None or len(probe_sizes(data, probe)) == 1
-
-
-def resolve_input_path(data: ImageClassificationData, requested: str) -> tuple[str, str]:
-    """(input path, why). auto: the fastest path the data allows: `device` for prepared uint8 shards and for images
-    of one size (uint8 originals, everything else batched on the device); `host_crop` for images of different sizes
-    (fixed-size uint8 crops cut on the host, flip and normalisation on the device). `per_sample` is never chosen by
-    auto: it is the reference path (the Hugging Face example's), for comparisons."""
-    if requested not in INPUT_PATHS:
-        raise UserInputError(f"--input_path {requested!r}: use one of {', '.join(INPUT_PATHS)}.")
-    if data.raw_shape is not None:
-        height, width, channels = data.raw_shape
-        if requested == "host_crop":
-            raise UserInputError(
-                f"--input_path host_crop decodes image files, but {data.source!r} holds prepared uint8 shards "
-                f"({height}x{width}x{channels}, nothing to decode). Fix: --input_path auto or device."
-            )
-        if requested == "auto":
-            return "device", f"prepared uint8 shards of {height}x{width}: crop, flip and normalisation on the device"
-    if requested != "auto":
-        return requested, f"--input_path {requested}"
-    sizes = probe_sizes(data)
-    if len(sizes) <= 1:
-        shown = f"{sizes[0][0]}x{sizes[0][1]}" if sizes else "unknown"
-        return "device", f"the first images share one size ({shown}): uint8 originals, resized on the device"
-    shown = ", ".join(f"{w}x{h}" for w, h in sizes[:3])
-    return "host_crop", (
-        f"images differ in size ({shown}, ...): uint8 crops at the model's size cut on the host, flip and "
-        "normalisation on the device"
-    )
-
-
-def choose_input_path(data: ImageClassificationData, requested: str) -> str:
-    """The input path `--input_path` resolves to (see `resolve_input_path`), logged with the reason."""
-    path, why = resolve_input_path(data, requested)
-    logger.info(f"Input path: {path} ({why}).")
-    return path
 
 
 class EvalCenterCrop:

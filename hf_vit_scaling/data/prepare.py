@@ -43,7 +43,8 @@ from hf_vit_scaling.data.shards import (
     read_manifest,
     shard_file,
 )
-from hf_vit_scaling.data.sources import detect_image_column, detect_label_column, label_names_of, load_splits
+from hf_vit_scaling.data.sources import label_names_of, load_splits
+from hf_vit_scaling.data.types import detect_image_column, detect_label_column
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.log import logger
 from hf_vit_scaling.training.checkpoints import write_json_atomically

@@ -60,23 +60,70 @@ def is_prepared(path: str | None) -> bool:
     return bool(path) and os.path.isfile(os.path.join(path, MANIFEST))
 
 
-def read_manifest(path: str) -> dict:
-    """The manifest of a prepared folder, checked: known format and version, every listed shard present."""
-    with open(os.path.join(path, MANIFEST), encoding="utf-8") as f:
-        manifest = json.load(f)
+def _url_to_fs(url: str):
+    import fsspec
+
+    return fsspec.core.url_to_fs(url)
+
+
+def manifest_shards(manifest: dict, root: str, split: str) -> list[tuple[str, int]]:
+    """[(URL, rows)] of a split's shards in the manifest's order, each listed as {file, rows}; `file` is relative to
+    ROOT (a path with a slash, as the prepare step writes it) or to `ROOT/<split>/` (a bare name)."""
+    base = root.rstrip("/")
+    return [(f"{base}/{s['file']}" if "/" in s["file"] else f"{base}/{split}/{s['file']}", int(s["rows"]))
+            for s in manifest["splits"].get(split) or []]  # fmt: skip
+
+
+def _missing_shards(fs, manifest: dict, root: str) -> list[str]:
+    """Listed shard files that are not there: one directory listing per folder (cheap on remote file systems too)."""
+    urls = [url for split in manifest["splits"] for url, _ in manifest_shards(manifest, root, split)]
+    wanted = [_url_to_fs(url)[1] for url in urls]
+    present = {}
+    for path in wanted:
+        folder = path.rsplit("/", 1)[0]
+        if folder not in present:
+            present[folder] = set(fs.ls(folder, detail=False)) if fs.isdir(folder) else set()
+    return [path for path in wanted if path not in present[path.rsplit("/", 1)[0]]]
+
+
+def find_manifest(root: str) -> dict | None:
+    """The checked manifest of a uint8 shard folder (a local path or any fsspec URL), or None when `root` has no
+    manifest.json. Checked strictly: the keys readers use, the format and its version, channels, and that every
+    listed shard is there."""
+    fs, path = _url_to_fs(root)
+    manifest_path = f"{path.rstrip('/')}/{MANIFEST}"
+    if not fs.isfile(manifest_path):
+        return None
+    try:
+        with fs.open(manifest_path, "rb") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as err:
+        raise UserInputError(f"{root}/{MANIFEST} cannot be read ({err}). Fix: prepare the data again.") from err
+    missing = [key for key in ("size", "channels", "class_names", "splits") if key not in manifest]
+    if missing:
+        raise UserInputError(f"{root}/{MANIFEST} lacks {', '.join(missing)}. Fix: write the shards again.")
     if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
         raise UserInputError(
-            f"{path}/{MANIFEST} is not a format_version {FORMAT_VERSION} {FORMAT} manifest "
+            f"{root}/{MANIFEST} is not a format_version {FORMAT_VERSION} {FORMAT} manifest "
             f"(format {manifest.get('format')!r}, version {manifest.get('format_version')!r}). "
             "Fix: prepare the data again with this version's recipes/prepare_shards.py."
         )
-    missing = [s["file"] for shards in manifest["splits"].values() for s in shards]
-    missing = [f for f in missing if not os.path.isfile(os.path.join(path, f))]
-    if missing:
+    if manifest["channels"] not in (1, 3):
+        raise UserInputError(f"{root}/{MANIFEST}: channels {manifest['channels']}; 1 or 3 are read.")
+    absent = _missing_shards(fs, manifest, root)
+    if absent:
         raise UserInputError(
-            f"{path}: {len(missing)} shard(s) listed in {MANIFEST} are missing (first: {missing[0]}). "
+            f"{root}: {len(absent)} shard(s) listed in {MANIFEST} are missing (first: {absent[0]}). "
             "Fix: rerun recipes/prepare_shards.py with the same flags (it redoes only what is missing)."
         )
+    return manifest
+
+
+def read_manifest(root: str) -> dict:
+    """`find_manifest` for a folder that must be prepared shards."""
+    manifest = find_manifest(root)
+    if manifest is None:
+        raise UserInputError(f"{root} has no {MANIFEST}. Fix: point at a folder written by recipes/prepare_shards.py.")
     return manifest
 
 
@@ -90,7 +137,7 @@ def load_prepared(path: str, cache_dir: str | None = None):
     from datasets import ClassLabel, Features, Value, load_dataset
 
     manifest = read_manifest(path)
-    splits = manifest["splits"]
-    files = {split: [os.path.join(path, s["file"]) for s in shards] for split, shards in splits.items() if shards}
+    files = {split: [url for url, _ in manifest_shards(manifest, path, split)] for split in manifest["splits"]}
+    files = {split: urls for split, urls in files.items() if urls}
     features = Features({"image": Value("binary"), "label": ClassLabel(names=manifest["class_names"])})
     return load_dataset("parquet", data_files=files, features=features, cache_dir=cache_dir), manifest

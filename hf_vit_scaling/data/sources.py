@@ -2,41 +2,30 @@
 
 Every source ends as an `ImageClassificationData`: a `DatasetDict` with "train" and "validation" splits, an image
 column (kept encoded: see `decoding`) and an integer label column, checked before training starts.
-`load_image_classification_data` picks the source from the arguments; a further kind of source is one more branch
-in `load_splits`. With --streaming it returns a training stream instead (`streaming`).
+`load_map_style_data` picks the source from the arguments; a further kind of source is one more branch in
+`load_splits`. `loading.load_image_classification_data` calls it, or streams (`streaming`) with --streaming.
 """
 
 import glob
 import os
-from dataclasses import dataclass
 
 import numpy as np
-from datasets import ClassLabel, Dataset, DatasetDict, Features, Value, load_dataset, load_from_disk
+from datasets import ClassLabel, Dataset, DatasetDict, Features, load_dataset, load_from_disk
 from datasets import Image as ImageFeature
 from PIL import Image
 
 from hf_vit_scaling.data.decoding import decode_images_lazily, refuse_bad_images
 from hf_vit_scaling.data.shards import is_prepared, load_prepared, raw_shape, read_manifest
+from hf_vit_scaling.data.types import (
+    EVAL_SPLIT_CANDIDATES,
+    ImageClassificationData,
+    detect_image_column,
+    detect_label_column,
+)
 from hf_vit_scaling.errors import UserInputError
 
 BUILTIN_DATASET = "sklearn-digits"
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
-IMAGE_COLUMN_CANDIDATES = ("image", "img", "images", "picture")
-LABEL_COLUMN_CANDIDATES = ("label", "labels", "fine_label", "class", "target")
-EVAL_SPLIT_CANDIDATES = ("validation", "valid", "val", "test")
-
-
-@dataclass
-class ImageClassificationData:
-    """Splits plus what the rest of the recipe needs to know about them."""
-
-    splits: DatasetDict
-    image_column: str
-    label_column: str
-    label_names: list[str]
-    source: str
-    on_bad_image: str = "skip"  # skip: leave undecodable images out of their batch and count them; fail: stop
-    raw_shape: tuple[int, int, int] | None = None  # prepared shards: (H, W, C) of every image, stored as raw uint8
 
 
 def builtin_digits() -> DatasetDict:
@@ -93,52 +82,6 @@ def _load_named_dataset(name: str, config_name: str | None, cache_dir: str | Non
         ) from err
 
 
-def _given_column(features: Features, given: str, flag: str) -> str:
-    if given not in features:
-        raise UserInputError(
-            f"{flag} {given!r} is not a column (columns: {', '.join(features)}). Fix: name one of them."
-        )
-    return given
-
-
-def detect_image_column(features: Features, given: str | None) -> str:
-    if given:
-        return _given_column(features, given, "--image_column_name")
-    for name, feature in features.items():
-        if isinstance(feature, ImageFeature):
-            return name
-    for name in IMAGE_COLUMN_CANDIDATES:
-        if name in features:
-            return name
-    raise UserInputError(f"No image column found (columns: {', '.join(features)}). Fix: pass --image_column_name.")
-
-
-def _is_integer_feature(feature) -> bool:
-    return isinstance(feature, ClassLabel) or (
-        isinstance(feature, Value) and feature.dtype.startswith(("int", "uint"))
-    )
-
-
-def detect_label_column(features: Features, given: str | None) -> str:
-    if given:
-        name = _given_column(features, given, "--label_column_name")
-    else:
-        names = [n for n in LABEL_COLUMN_CANDIDATES if n in features]
-        names += [n for n, f in features.items() if isinstance(f, ClassLabel) and n not in names]
-        if not names:
-            raise UserInputError(
-                f"No label column found (columns: {', '.join(features)}). Fix: pass --label_column_name."
-            )
-        name = names[0]
-    if not _is_integer_feature(features[name]):
-        raise UserInputError(
-            f"Label column {name!r} has type {features[name]!r}, not an integer or ClassLabel. "
-            "Fix: pass --label_column_name with an integer/class column, or cast it first "
-            "(datasets: dataset.class_encode_column(name))."
-        )
-    return name
-
-
 def label_names_of(splits: DatasetDict, label_column: str) -> list[str]:
     feature = splits["train"].features[label_column]
     if isinstance(feature, ClassLabel):
@@ -175,15 +118,9 @@ def load_splits(data_args, cache_dir: str | None = None) -> tuple[DatasetDict, s
     return builtin_digits(), BUILTIN_DATASET
 
 
-def load_image_classification_data(
-    data_args, seed: int = 42, cache_dir: str | None = None, streaming=None
-) -> ImageClassificationData:
-    """Load, check and split the data the arguments name. `streaming` (StreamingArguments) with --streaming: this
-    rank's training stream and the evaluation rows instead (`streaming.StreamingData`)."""
-    if streaming is not None and streaming.streaming:
-        from hf_vit_scaling.data.streaming import load_streaming_data  # it builds on this module
-
-        return load_streaming_data(data_args, streaming, seed, cache_dir)
+def load_map_style_data(data_args, seed: int = 42, cache_dir: str | None = None) -> ImageClassificationData:
+    """Load, check and split a map-style source: an image folder, a Hub id or save_to_disk folder, prepared uint8
+    shards, or the built-in digits."""
     splits, source = load_splits(data_args, cache_dir)
     if "train" not in splits:
         raise UserInputError(f"Dataset {source!r} has no 'train' split (splits: {', '.join(splits)}).")

@@ -66,5 +66,3 @@ def load_metric(name: str, config_name: str | None = None):
 
 
 # ---------------------------------------------------------------- plots (matplotlib: the `plots` extra)
-
-

@@ -73,7 +73,6 @@ def perceptual_hash(image: Image.Image) -> np.ndarray:
     return np.packbits(np.concatenate([phash, dhash]))
 
 
-
 def hash_images(images: Iterable) -> tuple[list[str], np.ndarray]:
     """(content hashes, perceptual hashes as an (N, 16) uint8 array) for images given as `data.decoding.decode_image` accepts."""
     contents, perceptual = [], []
@@ -203,5 +202,3 @@ def find_duplicates(
 
 
 # ---------------------------------------------------------------- the split file (CSV, shareable)
-
-

@@ -1,7 +1,5 @@
 """TODO docstring"""
 
-
-
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.evaluation import classification_metrics as cm
 

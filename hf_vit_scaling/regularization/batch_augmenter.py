@@ -229,5 +229,3 @@ class BatchAugmenter:
 
 
 # ---------------------------------------------------------------- evaluation crop (timm's crop_pct)
-
-

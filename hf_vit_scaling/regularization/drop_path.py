@@ -1,6 +1,5 @@
 """TODO docstring"""
 
-
 import torch
 from transformers.models.vit.modeling_vit import ViTEmbeddings, ViTLayer
 

@@ -134,5 +134,3 @@ class EMACallback(TrainerCallback):
 
 
 # ---------------------------------------------------------------- layer-wise lr decay
-
-

@@ -28,7 +28,7 @@ from hf_vit_scaling.data import (
     with_sample_index,
 )
 from hf_vit_scaling.data.device_transforms import EvalCenterCrop
-from hf_vit_scaling.data.streaming import attach_streaming_transforms, is_streaming, split_size
+from hf_vit_scaling.data.streaming.load import attach_streaming_transforms, is_streaming, split_size
 from hf_vit_scaling.evaluation.metrics import make_module_compute_metrics, save_class_report
 from hf_vit_scaling.log import logger, setup_logging
 from hf_vit_scaling.models.flops import as_pair
@@ -175,8 +175,8 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str) 
     augmenter = BatchAugmenter.from_arguments(reg, len(data.label_names), mean, std, smoothing)
     loss = training_loss(args, data, augmenter)
     if is_streaming(data):  # batches are made in the stream; its items already carry their sample ids
-        splits, collate, preprocessor = attach_streaming_transforms(data, args, size, mean, std, world.resume_from)
-        input_path = "device" if preprocessor is not None else "per_sample"
+        splits, collate, preprocessor, input_path = attach_streaming_transforms(data, args, size, mean, std,
+                                                                                world.resume_from)  # fmt: skip
     else:
         splits, collate, preprocessor, input_path = attach_input_transforms(data, args.data, size, mean, std,
                                                                             reg.eval_crop_pct)  # fmt: skip

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from transformers import Trainer
 from transformers.trainer_utils import rotate_checkpoints
 
-from hf_vit_scaling.data.streaming import StreamingTrainData
+from hf_vit_scaling.data.streaming.loader import StreamingTrainData
 from hf_vit_scaling.errors import CheckpointSaveError, NonFiniteLossError
 from hf_vit_scaling.evaluation.model_card import write_model_card
 from hf_vit_scaling.log import logger

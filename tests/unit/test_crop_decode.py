@@ -13,7 +13,7 @@ from hf_vit_scaling.data.crop_decode import CropDecoder, attach_host_crop_transf
 from hf_vit_scaling.data.decoding import pil_to_uint8_tensor
 from hf_vit_scaling.data.device_transforms import DevicePreprocessor, EvalCenterCrop, collate_uint8_batch
 from hf_vit_scaling.data.host_transforms import random_resized_crop_box
-from hf_vit_scaling.data.sources import load_image_classification_data
+from hf_vit_scaling.data.loading import load_image_classification_data
 from tests.helpers import MAGENTA_CMYK, NOT_AN_IMAGE, jpeg_bytes, make_image_folder, smooth_image
 
 # Mean / max absolute difference, in levels of 255, allowed between a crop decoded at reduced size (libjpeg's scaled

@@ -23,7 +23,7 @@ from hf_vit_scaling.data.decoding import (
 )
 from hf_vit_scaling.data.decoding import stack_batch as collate_image_batch
 from hf_vit_scaling.data.host_transforms import attach_transforms
-from hf_vit_scaling.data.sources import load_image_classification_data
+from hf_vit_scaling.data.loading import load_image_classification_data
 from hf_vit_scaling.errors import UserInputError
 from tests.helpers import GRAY16, GRAY16_AS_8BIT, MIXED, NOT_AN_IMAGE, TRUNCATED_BYTES, make_image_folder
 

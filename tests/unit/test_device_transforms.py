@@ -8,14 +8,10 @@ from PIL import Image
 
 from hf_vit_scaling.arguments.parse import DataArguments
 from hf_vit_scaling.data.decoding import pil_to_uint8_tensor
-from hf_vit_scaling.data.device_transforms import (
-    DevicePreprocessor,
-    choose_input_path,
-    collate_uint8_batch,
-    random_crop_flip_theta,
-)
+from hf_vit_scaling.data.device_transforms import DevicePreprocessor, collate_uint8_batch, random_crop_flip_theta
 from hf_vit_scaling.data.host_transforms import ImageTransform
-from hf_vit_scaling.data.sources import load_image_classification_data
+from hf_vit_scaling.data.input_path import choose_input_path
+from hf_vit_scaling.data.loading import load_image_classification_data
 from hf_vit_scaling.errors import UserInputError
 from tests.helpers import MIXED, make_image_folder
 

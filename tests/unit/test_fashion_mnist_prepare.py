@@ -10,7 +10,7 @@ import numpy as np
 from datasets import ClassLabel, load_from_disk
 from datasets import Image as ImageFeature
 
-from hf_vit_scaling.data.sources import load_image_classification_data
+from hf_vit_scaling.data.loading import load_image_classification_data
 
 REPO = Path(__file__).resolve().parents[2]
 PREPARE = REPO / "recipes" / "fashion_mnist" / "prepare.py"

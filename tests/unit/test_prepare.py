@@ -16,11 +16,12 @@ from PIL import Image
 
 from hf_vit_scaling.arguments.parse import DataArguments
 from hf_vit_scaling.data.crop_decode import centre_square
-from hf_vit_scaling.data.device_transforms import attach_uint8_transforms, choose_input_path, collate_uint8_batch
+from hf_vit_scaling.data.device_transforms import attach_uint8_transforms, collate_uint8_batch
 from hf_vit_scaling.data.host_transforms import attach_transforms
+from hf_vit_scaling.data.input_path import choose_input_path
+from hf_vit_scaling.data.loading import load_image_classification_data
 from hf_vit_scaling.data.prepare import SourceSpec, prepare_shards
 from hf_vit_scaling.data.shards import MANIFEST, file_sha256, read_manifest
-from hf_vit_scaling.data.sources import load_image_classification_data
 from hf_vit_scaling.errors import UserInputError
 from tests.helpers import GRAY16_AS_8BIT, make_prepare_source, smooth_image
 

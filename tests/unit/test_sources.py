@@ -9,7 +9,8 @@ from datasets import Image as ImageFeature
 from hf_vit_scaling.arguments.parse import DataArguments
 from hf_vit_scaling.data.decoding import stack_batch as collate_image_batch
 from hf_vit_scaling.data.host_transforms import attach_transforms
-from hf_vit_scaling.data.sources import detect_image_column, detect_label_column, load_image_classification_data
+from hf_vit_scaling.data.loading import load_image_classification_data
+from hf_vit_scaling.data.types import detect_image_column, detect_label_column
 from hf_vit_scaling.errors import UserInputError
 from tests.helpers import MIXED, make_image_folder, make_saved_dataset
 

@@ -10,16 +10,13 @@ import pytest
 import torch
 
 from hf_vit_scaling.arguments.parse import DataArguments, parse_args
+from hf_vit_scaling.arguments.streaming import StreamingArguments
 from hf_vit_scaling.data.decoding import decode_raw, stack_batch
-from hf_vit_scaling.data.streaming import (
-    POSITION_DIRNAME,
-    StreamingArguments,
-    StreamingTrainData,
-    load_streaming_data,
-    manifest_shards,
-    read_manifest,
-    uint8_shard_stream,
-)
+from hf_vit_scaling.data.shards import find_manifest, manifest_shards, read_manifest
+from hf_vit_scaling.data.streaming.load import load_streaming_data
+from hf_vit_scaling.data.streaming.loader import StreamingTrainData
+from hf_vit_scaling.data.streaming.position import POSITION_DIRNAME
+from hf_vit_scaling.data.streaming.reader import uint8_shard_stream
 from hf_vit_scaling.errors import UserInputError
 from tests.helpers import make_uint8_shards
 
@@ -29,7 +26,7 @@ SHARDS, ROWS, SIZE, BATCH = 8, 20, 4, 6
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
     root = make_uint8_shards(tmp_path_factory.mktemp("shards"), shards=SHARDS, rows=ROWS, size=SIZE)
-    return manifest_shards(read_manifest(str(root)), str(root), "train")
+    return manifest_shards(find_manifest(str(root)), str(root), "train")
 
 
 def to_example(row):
@@ -58,11 +55,10 @@ def take(data, n):
 
 def test_manifest_layouts_and_raw_rows(tmp_path):
     root = make_uint8_shards(tmp_path / "a", shards=2, rows=3, size=2, channels=1)
-    manifest = read_manifest(str(root))
+    manifest = find_manifest(str(root))
     assert [rows for _, rows in manifest_shards(manifest, str(root), "train")] == [3, 3]
-    flat = {**manifest, "train": [{"file": "train/train-00000-of-00002.parquet", "rows": 3}]}
-    del flat["splits"]
-    assert manifest_shards(flat, str(root), "train") == [(f"{root}/train/train-00000-of-00002.parquet", 3)]
+    relative_to_root = {**manifest, "splits": {"train": [{"file": "train/train-00000-of-00002.parquet", "rows": 3}]}}
+    assert manifest_shards(relative_to_root, str(root), "train") == [(f"{root}/train/train-00000-of-00002.parquet", 3)]
     rows = list(uint8_shard_stream(manifest_shards(manifest, str(root), "train")))
     assert [r["sample_id"] for r in rows] == list(range(6)) and [r["label"] for r in rows] == [0, 1, 2, 0, 1, 2]
     gray, _ = decode_raw(bytes([1, 2, 3, 4]), (2, 2, 1))
@@ -71,11 +67,27 @@ def test_manifest_layouts_and_raw_rows(tmp_path):
     assert rgb[:, 0, 1].tolist() == [3, 4, 5]  # row-major H x W x C
     pixels, reason = decode_raw(b"\0" * 5, (2, 2, 3))
     assert pixels is None and "expected 2x2x3" in reason
-    assert read_manifest(str(tmp_path / "none")) is None
+    assert find_manifest(str(tmp_path / "none")) is None
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "manifest.json").write_text(json.dumps({"size": 2}))
     with pytest.raises(UserInputError, match="lacks channels, class_names"):
-        read_manifest(str(tmp_path / "bad"))
+        find_manifest(str(tmp_path / "bad"))
+
+
+def test_one_manifest_reader_checks_format_and_shards(tmp_path):
+    """The prepare step's folders and streamed shard folders are read by one strict reader (`data.shards`)."""
+    root = make_uint8_shards(tmp_path / "a", shards=2, rows=3, size=2, channels=1)
+    assert find_manifest(f"file://{root}")["size"] == 2  # any fsspec URL
+    manifest = json.loads((root / "manifest.json").read_text())
+    (root / "manifest.json").write_text(json.dumps({**manifest, "format_version": 99}))
+    with pytest.raises(UserInputError, match="not a format_version 1"):
+        find_manifest(str(root))
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    (root / "train" / "train-00001-of-00002.parquet").unlink()
+    with pytest.raises(UserInputError, match=r"1 shard\(s\) listed in manifest.json are missing"):
+        find_manifest(str(root))
+    with pytest.raises(UserInputError, match="has no manifest.json"):
+        read_manifest(str(tmp_path / "none"))
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -142,7 +154,7 @@ def test_unreadable_row_is_left_out_of_its_batch(tmp_path):
     images = table.column("image").to_pylist()
     images[2] = b"short"
     pq.write_table(table.set_column(0, "image", pa.array(images, pa.binary())), path)
-    data = rank_stream(manifest_shards(read_manifest(str(root)), str(root), "train"), world=1, buffer=0, batch=4)
+    data = rank_stream(manifest_shards(find_manifest(str(root)), str(root), "train"), world=1, buffer=0, batch=4)
     batch = take(data, 1)[0]
     assert batch["sample_index"].tolist() == [0, 1, 3] and batch["pixel_values"].shape[0] == 3
     assert batch["bad_samples"][0]["sample"] == "row 2"
@@ -200,9 +212,9 @@ def test_parquet_files_of_encoded_images_stream_through_load_dataset(tmp_path):
                                               horizontal_flip=False),
                            training=SimpleNamespace(per_device_train_batch_size=8, dataloader_drop_last=False,
                                                     dataloader_num_workers=0))  # fmt: skip
-    from hf_vit_scaling.data.streaming import attach_streaming_transforms
+    from hf_vit_scaling.data.streaming.load import attach_streaming_transforms
 
-    splits, _, preprocessor = attach_streaming_transforms(data, args, 8, [0.5] * 3, [0.5] * 3, None)
+    splits, _, preprocessor, input_path = attach_streaming_transforms(data, args, 8, [0.5] * 3, [0.5] * 3, None)
     assert preprocessor is not None  # one image size: the device path
     batches = take(splits["train"], 3)  # a pass: 24 rows = 8 + 8 + 8
     ids = [i for b in batches for i in b["sample_index"].tolist()]

@@ -1,0 +1,214 @@
+"""Streaming training data (`--streaming`): each rank reads its own shards, batch after batch, without loading the
+data set; the data position is saved in every checkpoint and a resumed run trains on the same rows at every step.
+
+Sources, each a `datasets.IterableDataset` (the library's sharding, shuffling and state):
+- a folder of uint8 Parquet shards with a `manifest.json` (`--dataset_name ROOT`, local or any fsspec URL): rows are
+  raw H x W x C pixels, so they go to the device path without decoding (`device_transforms`); every row gets its
+  global row number as its sample id (shard offset from the manifest + row in the shard);
+- `--train_files PATTERN` (Parquet or Arrow files, local or remote) and Hub datasets (`--dataset_name ID`), read
+  with `load_dataset(..., streaming=True)`; images are decoded per sample (`decoding`); the sample id is a 56-bit
+  hash of the encoded image (of its path when it has no bytes).
+
+Per rank: `split_dataset_by_node` gives each rank whole shards when the shard count is a multiple of the world
+size (otherwise every rank reads every shard and keeps one row in W: warned), then `shuffle(seed, buffer_size)`
+puts the rank's shards in a seeded order per pass and draws rows from a buffer fed by up to 10 open shards
+(`--shuffle_buffer_size 0`: one shard at a time, rows in stored order). With DataLoader workers, datasets gives
+each worker its own shards of the rank.
+
+Batches are formed in the stream (in the worker), and the loader takes them from the workers in a fixed round
+robin, so the order never depends on which worker is faster. Passes follow each other without end (one pass =
+every row of the rank once); `--max_steps` bounds training.
+
+The data position (`data_position/rank{R}.json` in each checkpoint, written before the checkpoint is marked
+complete): the pass, the worker whose batch comes next, and per worker the rows its stream has given, the batches
+it has made, whether it is exhausted, and (`--shuffle_buffer_size 0` without workers) datasets' own `state_dict()`.
+Resuming:
+- `--shuffle_buffer_size 0` and `--dataloader_num_workers 0`: the stream is restored with datasets'
+  `load_state_dict` (it reopens the shard and skips to the row);
+- otherwise each worker replays its stream of that pass from the start (same seed, same pass: the same rows in the
+  same order) and drops the rows already given, before any decoding. datasets does not save a shuffle buffer's rows
+  ("examples from shuffle buffers are lost when resuming", its `state_dict` docstring), and in datasets 5.2 a
+  worker's state does not load back (see `StreamingTrainData.uses_datasets_state`).
+Either way the rows of every later step are those of the uninterrupted run. The Trainer's own skipping of trained
+batches is off (`ignore_data_skip`): the position comes from the checkpoint.
+"""
+
+import itertools
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from datasets import ClassLabel
+
+from hf_vit_scaling.data.decoding import decode_then, image_name, pil_to_uint8_tensor, pixels_or_note, stack_batch
+from hf_vit_scaling.data.device_transforms import DevicePreprocessor, collate_uint8_batch
+from hf_vit_scaling.data.host_transforms import ImageTransform
+from hf_vit_scaling.data.input_path import choose_input_path
+from hf_vit_scaling.data.shards import MANIFEST, find_manifest, manifest_shards, raw_shape
+from hf_vit_scaling.data.streaming.loader import StreamingTrainData
+from hf_vit_scaling.data.streaming.reader import (
+    SAMPLE_ID,
+    _encoded_stream,
+    open_streams,
+    uint8_shard_stream,
+)
+from hf_vit_scaling.data.types import EVAL_SPLIT_CANDIDATES, detect_image_column, detect_label_column
+from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.log import logger
+from hf_vit_scaling.parallel.distributed import rank_and_world
+
+
+@dataclass
+class StreamingData:
+    """`load_image_classification_data`'s result under --streaming: a training stream and in-memory eval rows."""
+
+    train: StreamingTrainData
+    validation_rows: list[dict]  # {image, label, sample_id}: the evaluation split is read once, into memory
+    image_column: str
+    label_column: str
+    label_names: list[str]
+    source: str
+    on_bad_image: str
+    raw_shape: tuple[int, int, int] | None  # (H, W, C) of uint8 shard rows (`decoding.decode_raw`); None: encoded
+
+    streaming: ClassVar[bool] = True
+
+    @property
+    def splits(self) -> dict:
+        return {"train": self.train, "validation": self.validation_rows}
+
+    def stored_images(self, limit: int) -> list:
+        """The first `limit` evaluation rows' images, then the first `limit` of this rank's training stream."""
+        rows = self.validation_rows[:limit] + list(itertools.islice(self.train.rank_stream, limit))
+        return [row[self.image_column] for row in rows]
+
+
+def is_streaming(data) -> bool:
+    return isinstance(data, StreamingData)
+
+
+def _check_shards_per_rank(n_shards: int, world: int) -> None:
+    if n_shards % world:
+        logger.warning(
+            f"warning: --streaming: {n_shards} shards for {world} processes is not a multiple, so every rank reads "
+            f"every shard and keeps one row in {world} ({world}x the reading). Write the data in a multiple of "
+            f"{world} shards to give each rank whole shards."
+        )
+
+
+def load_streaming_data(data_args, stream_args, seed: int, cache_dir: str | None = None) -> StreamingData:
+    """The training stream of this rank and the evaluation rows, for --streaming (see the module docstring)."""
+    rank, world = rank_and_world()
+    root = data_args.dataset_name
+    manifest = find_manifest(root) if root and not stream_args.train_files else None
+    cap = data_args.max_eval_samples
+    if manifest is not None:
+        train_shards = manifest_shards(manifest, root, "train")
+        eval_split = next((s for s in EVAL_SPLIT_CANDIDATES if manifest_shards(manifest, root, s)), None)
+        if not train_shards or eval_split is None:
+            raise UserInputError(
+                f"{root}/{MANIFEST} lists no train shards or no evaluation split ({', '.join(EVAL_SPLIT_CANDIDATES)})"
+                ". Fix: write the shards with a train and a validation split."
+            )
+        stream = uint8_shard_stream(train_shards)
+        eval_rows = list(itertools.islice(uint8_shard_stream(manifest_shards(manifest, root, eval_split)), cap))
+        image_column, label_column, names = "image", "label", list(manifest["class_names"])
+        num_rows, raw = sum(rows for _, rows in train_shards), tuple(int(n) for n in raw_shape(manifest))
+    else:
+        streams = open_streams(data_args, stream_args, cache_dir)
+        eval_split = next((s for s in EVAL_SPLIT_CANDIDATES if s in streams), None)
+        if "train" not in streams or eval_split is None:
+            raise UserInputError(
+                f"--streaming: {root or stream_args.train_files!r} has splits {', '.join(streams)}; a train split and "
+                f"an evaluation split ({', '.join(EVAL_SPLIT_CANDIDATES)}) are needed (a stream is not split by "
+                "--train_val_split). Fix: pass --validation_files, or a dataset with both splits."
+            )
+        features = streams["train"].features
+        if features is None:
+            raise UserInputError("--streaming: the dataset does not declare its features. Fix: use Parquet files.")
+        image_column = detect_image_column(features, data_args.image_column_name)
+        label_column = detect_label_column(features, data_args.label_column_name)
+        if not isinstance(features[label_column], ClassLabel):
+            raise UserInputError(
+                f"--streaming: label column {label_column!r} is not a ClassLabel, so the class names are unknown "
+                "without reading every row. Fix: cast it once (datasets: dataset.class_encode_column) and save."
+            )
+        names = list(features[label_column].names)
+        stream, eval_stream = (_encoded_stream(streams[s], image_column, label_column) for s in ("train", eval_split))
+        eval_rows = list(itertools.islice(eval_stream, cap))
+        num_rows, raw = None, None
+    if not eval_rows:
+        raise UserInputError(f"--streaming: the {eval_split} split of {root or stream_args.train_files!r} is empty.")
+    _check_shards_per_rank(stream.num_shards, world)
+    source = root or stream_args.train_files
+    rows = f"{num_rows:,} rows, " if num_rows is not None else ""
+    logger.info(f"Streaming {source}: {rows}{stream.num_shards} shards over {world} process(es), shuffle buffer "
+                f"{stream_args.shuffle_buffer_size}, {len(eval_rows):,} {eval_split} rows in memory")  # fmt: skip
+    train = StreamingTrainData(stream, rank=rank, world_size=world, seed=seed,
+                               shuffle_buffer_size=stream_args.shuffle_buffer_size, num_rows=num_rows,
+                               image_column=image_column, label_column=label_column, description=source)  # fmt: skip
+    return StreamingData(train, eval_rows, image_column, label_column, names, source, data_args.on_bad_image, raw)
+
+
+class EvalRows(torch.utils.data.Dataset):
+    """The evaluation rows (in memory, encoded) as a map-style split; each item carries its sample id."""
+
+    def __init__(self, rows: list[dict], to_example):
+        self.rows, self.to_example = rows, to_example
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict:
+        row = self.rows[index]
+        return {**self.to_example(row), "sample_index": row[SAMPLE_ID]}
+
+
+def example_transform(data: StreamingData, pixels_of):
+    """row -> {"pixel_values", "labels", "bad_image"}: decode (or read raw pixels), then `pixels_of(uint8 or PIL)`;
+    an image that cannot be read gives None and a note (`--on_bad_image fail`: an error naming it), as on the
+    map-style path (`decoding.set_pixel_transforms`)."""
+    image_column, label_column = data.image_column, data.label_column
+    convert = decode_then(pixels_of, data.raw_shape)
+
+    def to_example(row: dict) -> dict:
+        value = row[image_column]
+        name = f"row {row[SAMPLE_ID]}" if data.raw_shape is not None else image_name(value)
+        pixels, note = pixels_or_note(convert, value, data.on_bad_image, name)
+        return {"pixel_values": pixels, "labels": row[label_column], "bad_image": note}
+
+    return to_example
+
+
+def attach_streaming_transforms(data: StreamingData, args, size: int, mean, std, resume_from: str | None):
+    """(splits, collate, device preprocessor or None, input path) for --streaming: the input path
+    (`input_path.choose_input_path`, as for map-style data), the examples the stream makes, batches of
+    --per_device_train_batch_size, and the data position of the checkpoint resumed from."""
+    data_args, training = args.data, args.training
+    input_path = choose_input_path(data, data_args.input_path)
+    if input_path == "device":
+        preprocessor = DevicePreprocessor.from_data_args(size, mean, std, data_args)
+        collate = collate_uint8_batch
+
+        def pixels_for(train):
+            return pil_to_uint8_tensor  # a shard row's uint8 tensor passes through
+
+    else:
+        preprocessor, collate = None, stack_batch
+
+        def pixels_for(train):
+            return ImageTransform.from_data_args(size, mean, std, train, data_args)
+
+    train_example = example_transform(data, pixels_for(True))
+    data.train.attach(train_example, collate, training.per_device_train_batch_size, training.dataloader_drop_last,
+                      training.dataloader_num_workers)  # fmt: skip
+    note = data.train.restore(resume_from)
+    if note:
+        logger.info(f"Resume: {note}")
+    validation = EvalRows(data.validation_rows, example_transform(data, pixels_for(False)))
+    return {"train": data.train, "validation": validation}, collate, preprocessor, input_path
+
+
+def split_size(split) -> int | None:
+    """Rows of a split: len() of a map-style one; one pass over all ranks of a stream (None when unknown)."""
+    return split.num_rows if isinstance(split, StreamingTrainData) else len(split)
