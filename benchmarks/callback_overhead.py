@@ -20,7 +20,7 @@ import transformers
 from _common import report_result  # benchmarks/_common.py (scripts run as benchmarks/<name>.py)
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from hf_vit_scaling.arguments.parse import DataArguments
+from hf_vit_scaling.arguments.data import DataArguments
 from hf_vit_scaling.data.decoding import stack_batch as collate_image_batch
 from hf_vit_scaling.data.host_transforms import attach_transforms
 from hf_vit_scaling.data.loading import load_image_classification_data

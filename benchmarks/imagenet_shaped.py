@@ -45,7 +45,7 @@ from PIL import Image, features
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import report_result  # noqa: E402
 
-from hf_vit_scaling.arguments.parse import DataArguments  # noqa: E402
+from hf_vit_scaling.arguments.data import DataArguments
 from hf_vit_scaling.data import (  # noqa: E402
     attach_host_crop_transforms,
     attach_transforms,

@@ -1,7 +1,9 @@
 """hf-vit-scaling: the small package the recipes import. Everything else lives in its module (see the README's
 project structure)."""
 
-from hf_vit_scaling.arguments.parse import DataArguments, ModelArguments, parse_args
+from hf_vit_scaling.arguments.data import DataArguments
+from hf_vit_scaling.arguments.model import ModelArguments
+from hf_vit_scaling.arguments.parse import parse_args
 from hf_vit_scaling.data import attach_transforms, collate_image_batch, load_image_classification_data
 from hf_vit_scaling.errors import TrainingStopped, UserInputError
 from hf_vit_scaling.evaluation.metrics import make_compute_metrics

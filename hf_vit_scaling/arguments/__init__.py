@@ -1,1 +1,2 @@
-"""The recipe's command line: argument dataclasses by group, parsing (yaml/json files and flags), and the checks across groups."""
+"""The recipe's command line: argument dataclasses by group (model, data, engine, reliability, regularization,
+streaming), parsing of flags and .yaml/.json files (`parse`), and the checks across groups (`checks`)."""

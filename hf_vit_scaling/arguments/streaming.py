@@ -1,4 +1,4 @@
-"""TODO docstring"""
+"""The streaming group (`--streaming` and its sources), and what a stream refuses before anything loads."""
 
 from dataclasses import dataclass, field
 

@@ -1,1 +1,2 @@
-"""Metrics for the Trainer (shipped `evaluate` modules loaded by path, no Hub), classification statistics, and the model card."""
+"""Metrics for the Trainer (`metrics`), shipped `evaluate` modules loaded by path with no Hub (`metric_loading`,
+`metric_modules/`), classification statistics and the model card."""

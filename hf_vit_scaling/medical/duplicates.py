@@ -1,5 +1,5 @@
-"""Data hygiene before a split: exact and near-duplicate images, grouped stratified splits, a split file, class
-balance.
+"""Data hygiene before a split: exact and near-duplicate images, joined into groups that `splits` keeps on one
+side of a split.
 
 An image on both sides of a split makes a held-out score measure memory instead of generalisation. Br35H (3,000 brain
 MRIs) is the worked case: one byte-identical pair, but 2,776 images fall in 583 groups of near duplicates (the same
@@ -74,7 +74,8 @@ def perceptual_hash(image: Image.Image) -> np.ndarray:
 
 
 def hash_images(images: Iterable) -> tuple[list[str], np.ndarray]:
-    """(content hashes, perceptual hashes as an (N, 16) uint8 array) for images given as `data.decoding.decode_image` accepts."""
+    """(content hashes, perceptual hashes as an (N, 16) uint8 array) for images given as
+    `data.decoding.decode_image` accepts."""
     contents, perceptual = [], []
     for source in images:
         image = decode_image(source)

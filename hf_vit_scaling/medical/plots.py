@@ -1,4 +1,4 @@
-"""TODO docstring"""
+"""Plots of the medical evaluation: the ROC curve with the chosen threshold, and the reliability diagram."""
 
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.evaluation import classification_metrics as cm

@@ -1,4 +1,5 @@
-"""TODO docstring"""
+"""Grouped, stratified splits that keep every duplicate group (or patient) on one side, the split file
+(path, label, split, group) that records them, class balance, and folders written from a split."""
 
 import csv
 import os

@@ -1,4 +1,5 @@
-"""TODO docstring"""
+"""Statistics of a binary (tumour yes/no) evaluation: the decision threshold (Youden's J, or a minimum
+sensitivity), bootstrap confidence intervals, and the report of AUROC, sensitivity, specificity and calibration."""
 
 from collections import defaultdict
 

@@ -1,1 +1,1 @@
-"""Model presets and building, weight initialization, and the FLOP formulas."""
+"""Model presets and building (`presets`), weight initialization (`weight_init`) and the FLOP formulas (`flops`)."""

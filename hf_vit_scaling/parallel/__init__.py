@@ -1,1 +1,2 @@
-"""How work is spread over processes: rank/world helpers, the engine choice (DeepSpeed ZeRO-n, FSDP2, DDP), DeepSpeed config checks, sequence parallelism, heterogeneous clusters."""
+"""How work is spread over processes: rank and world helpers (`distributed`), the engine (DeepSpeed ZeRO-n, FSDP2 or
+DDP: `engine`), DeepSpeed configs (`deepspeed_config`), sequence parallelism and heterogeneous clusters (`hetero`)."""

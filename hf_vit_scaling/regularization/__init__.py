@@ -1,1 +1,2 @@
-"""Device-side augmentation (RandAugment, Mixup/CutMix, erasing) and model regularization (drop path, EMA, layer decay)."""
+"""Device-side augmentation (`rand_augment`, `mixing`, erasing in `batch_augmenter`) and model regularization
+(`drop_path`, `ema`, `layer_decay`)."""

@@ -1,5 +1,6 @@
-"""Batch regularization on the device: RandAugment / TrivialAugment, random erasing, Mixup / CutMix with label
-smoothing, and timm's evaluation centre crop.
+"""Batch regularization on the device: RandAugment / TrivialAugment (`rand_augment`), random erasing, Mixup / CutMix
+with label smoothing (`mixing`), applied together by `BatchAugmenter`. timm's evaluation centre crop is
+`data.device_transforms.EvalCenterCrop`.
 
 Where it runs. The host path is unchanged: it hands over uint8 batches. On the device, `DevicePreprocessor` turns a
 uint8 batch into normalised float pixels (random resized crop + flip) in a forward pre-hook on the model;

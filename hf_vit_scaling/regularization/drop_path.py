@@ -1,4 +1,10 @@
-"""TODO docstring"""
+"""`DropPath`: stochastic depth (Huang et al. 2016) as DeiT uses it. transformers' `ViTLayer` has two residual
+branches, x = x + dropout(attention(norm(x))) and x = x + dropout(mlp(norm(x))); a forward hook on each layer's
+`attention` and `mlp` multiplies the branch output, per image, by 0 (probability p_i) or 1 / (1 - p_i), so the
+residual add sees timm's `drop_path(branch)`. p_i = rate x i / (L - 1) (DeiT's `torch.linspace(0, rate, L)`).
+Hooks only: the model stays a plain `ViTForImageClassification`, saved without them; in eval mode they return
+the output untouched. Masks come from the global RNG, which gradient checkpointing restores for its recompute.
+"""
 
 import torch
 from transformers.models.vit.modeling_vit import ViTEmbeddings, ViTLayer

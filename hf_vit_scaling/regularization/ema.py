@@ -1,19 +1,6 @@
-"""Model-side regularization for Hugging Face ViTs: stochastic depth, an EMA of the weights, layer-wise lr decay.
-
-- `DropPath`: stochastic depth (Huang et al. 2016) as DeiT uses it. transformers' `ViTLayer` has two residual
-  branches, x = x + dropout(attention(norm(x))) and x = x + dropout(mlp(norm(x))); a forward hook on each layer's
-  `attention` and `mlp` multiplies the branch output, per image, by 0 (probability p_i) or 1 / (1 - p_i), so the
-  residual add sees timm's `drop_path(branch)`. p_i = rate x i / (L - 1) (DeiT's `torch.linspace(0, rate, L)`).
-  Hooks only: the model stays a plain `ViTForImageClassification`, saved without them; in eval mode they return
-  the output untouched. Masks come from the global RNG, which gradient checkpointing restores for its recompute.
-- `EMACallback`: ema <- d ema + (1 - d) w after every optimizer step (timm's ModelEma), kept in float32 beside the
-  model; its state goes into each checkpoint folder (`save_state`) and is read back on resume.
-- `layer_decay_param_groups`: BEiT's layer-wise lr decay (Bao et al. 2022; timm `param_groups_layer_decay`):
-  layer id 0 for the embeddings, i + 1 for block i, L + 1 for everything after the blocks (final LayerNorm, head);
-  lr = base x decay^(L + 1 - id). Handed to the Trainer's own `create_optimizer` (see
-  `layer_decay_optimizer_cls_and_kwargs`), which DeepSpeed uses for every ZeRO stage when the ds_config has no
-  "optimizer" section. `LayerDecayReport` writes the groups as the optimizer holds them when training starts
-  (output_dir/layer_decay_groups.json).
+"""The EMA of the weights (`EMACallback`): ema <- d ema + (1 - d) w after every optimizer step (timm's ModelEma),
+kept in float32 beside the model; its state goes into each checkpoint folder (`save_state`) and is read back on
+resume.
 """
 
 import contextlib

@@ -1,4 +1,5 @@
-"""TODO docstring"""
+"""Mixup and CutMix per image (timm's `mode="elem"`), their Beta draws and boxes, and the soft targets and
+soft-target cross-entropy they train with (label smoothing first, then the mix: timm's `mixup_target`)."""
 
 import math
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
-"""TODO docstring"""
+"""RandAugment / TrivialAugment on the device, batched, with timm's op set, magnitude scale and `rand-m9-mstd0.5`
+spec strings; every op, magnitude and sign is drawn per image."""
 
 import math
 import re

@@ -86,7 +86,7 @@ def _memory(device_type: str, device) -> dict:
 class ThroughputCallback(TrainerCallback):
     """Measures training speed on every rank; the main process writes and prints the report at the end.
 
-    `engine` is a `hf_vit_scaling.parallel.engine.Engine` (None: the plain Trainer). `slow_ranks` only labels the report:
+    `engine` is a `parallel.engine.Engine` (None: the plain Trainer). `slow_ranks` only labels the report:
     `SlowRankSimulator` does the slowing. With `sequence_parallel_size` N every image enters forward on N ranks and
     is counted once.
     """

@@ -1,1 +1,2 @@
-"""The training loop around the Trainer: VitTrainer, the recipe's building blocks (run), checkpoints and resume, fault injection, learning-rate scaling, forward hooks, losses and class imbalance."""
+"""The training loop around the Trainer: `VitTrainer` (`trainer`), the recipe's building blocks (`run`), checkpoints
+and resume, fault injection, learning-rate scaling, forward hooks, losses and class imbalance."""

@@ -7,7 +7,9 @@ import pickle
 
 import pytest
 
-from hf_vit_scaling.arguments.parse import DataArguments, check_restart_setup, parse_args
+from hf_vit_scaling.arguments.checks import check_restart_setup
+from hf_vit_scaling.arguments.data import DataArguments
+from hf_vit_scaling.arguments.parse import parse_args
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.parallel.deepspeed_config import load_ds_config, offload_targets, zero_stage
 from hf_vit_scaling.parallel.hetero import parse_slow_ranks

@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from hf_vit_scaling.arguments.parse import DataArguments
+from hf_vit_scaling.arguments.data import DataArguments
 from hf_vit_scaling.data.crop_decode import CropDecoder, attach_host_crop_transforms, jpeg_reduction
 from hf_vit_scaling.data.decoding import pil_to_uint8_tensor
 from hf_vit_scaling.data.device_transforms import DevicePreprocessor, EvalCenterCrop, collate_uint8_batch

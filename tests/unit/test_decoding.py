@@ -11,7 +11,7 @@ from datasets import Dataset, Features
 from datasets import Image as ImageFeature
 from PIL import Image
 
-from hf_vit_scaling.arguments.parse import DataArguments
+from hf_vit_scaling.arguments.data import DataArguments
 from hf_vit_scaling.data.decoding import (
     decode_image,
     decode_raw,

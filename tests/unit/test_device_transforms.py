@@ -6,7 +6,7 @@ import pytest
 import torch
 from PIL import Image
 
-from hf_vit_scaling.arguments.parse import DataArguments
+from hf_vit_scaling.arguments.data import DataArguments
 from hf_vit_scaling.data.decoding import pil_to_uint8_tensor
 from hf_vit_scaling.data.device_transforms import DevicePreprocessor, collate_uint8_batch, random_crop_flip_theta
 from hf_vit_scaling.data.host_transforms import ImageTransform

@@ -14,7 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
-from hf_vit_scaling.arguments.parse import DataArguments
+from hf_vit_scaling.arguments.data import DataArguments
 from hf_vit_scaling.data.crop_decode import centre_square
 from hf_vit_scaling.data.device_transforms import attach_uint8_transforms, collate_uint8_batch
 from hf_vit_scaling.data.host_transforms import attach_transforms

@@ -6,7 +6,7 @@ import torch
 from datasets import ClassLabel, Features, Value
 from datasets import Image as ImageFeature
 
-from hf_vit_scaling.arguments.parse import DataArguments
+from hf_vit_scaling.arguments.data import DataArguments
 from hf_vit_scaling.data.decoding import stack_batch as collate_image_batch
 from hf_vit_scaling.data.host_transforms import attach_transforms
 from hf_vit_scaling.data.loading import load_image_classification_data

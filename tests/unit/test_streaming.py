@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from hf_vit_scaling.arguments.parse import DataArguments, parse_args
+from hf_vit_scaling.arguments.data import DataArguments
+from hf_vit_scaling.arguments.parse import parse_args
 from hf_vit_scaling.arguments.streaming import StreamingArguments
 from hf_vit_scaling.data.decoding import decode_raw, stack_batch
 from hf_vit_scaling.data.shards import find_manifest, manifest_shards, read_manifest

@@ -1,4 +1,5 @@
-"""TODO docstring"""
+"""This rank's training stream as the Trainer's data: batches made in the stream (in DataLoader workers),
+taken from the workers in a fixed order, with the data position saved in and restored from each checkpoint."""
 
 import copy
 import itertools

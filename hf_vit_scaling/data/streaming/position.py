@@ -1,4 +1,5 @@
-"""TODO docstring"""
+"""The data position a checkpoint holds per rank (`data_position/rank{R}.json`): the pass, the next worker, and
+per worker the rows given and batches made; the settings it is valid for (`RESUME_KEYS`)."""
 
 from dataclasses import dataclass
 

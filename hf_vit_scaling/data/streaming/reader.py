@@ -1,4 +1,5 @@
-"""TODO docstring"""
+"""Reading a stream's rows: uint8 Parquet shards listed by a manifest (`data.shards`), or Parquet/Arrow files and
+Hub datasets through `load_dataset(..., streaming=True)`; every row gets a sample id."""
 
 import hashlib
 import os

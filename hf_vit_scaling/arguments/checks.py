@@ -1,0 +1,150 @@
+"""Checks across argument groups, run by `parse_args` before anything loads (each group's own checks are in its
+`__post_init__`). `args` is the parsed `RecipeArguments`."""
+
+import os
+
+from hf_vit_scaling.arguments.regularization import check_regularization
+from hf_vit_scaling.arguments.streaming import check_streaming
+from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.models.presets import MODEL_PRESETS
+from hf_vit_scaling.parallel.deepspeed_config import check_ds_config_against_flags, zero_stage
+from hf_vit_scaling.parallel.hetero import parse_shares
+from hf_vit_scaling.parallel.sequence_parallel import check_sequence_parallel
+from hf_vit_scaling.training.checkpoints import LATEST
+
+
+def keep_hub_token_out_of_arguments(training_args) -> None:
+    """The Trainer pickles TrainingArguments into every training_args.bin (and a pushed repo gets it). A token
+    given with --hub_token moves to this process's HF_TOKEN, which huggingface_hub reads for uploads, so it is never
+    saved, logged or reported."""
+    if training_args.hub_token:
+        os.environ["HF_TOKEN"] = training_args.hub_token
+        training_args.hub_token = None
+
+
+def check_restart_setup(training_args, env) -> None:
+    """torchrun --max-restarts N reruns the same command after a worker dies. Refuse, before any work, the two
+    setups where that restart cannot continue the run."""
+    if int(env.get("TORCHELASTIC_MAX_RESTARTS", "0")) <= 0:
+        return
+    if training_args.resume_from_checkpoint != LATEST:
+        raise UserInputError(
+            "torchrun --max-restarts reruns this same command after a failure, so it must resume by itself. Fix: add "
+            "--resume_from_checkpoint latest (and --save_strategy steps --save_steps N) to the recipe's flags."
+        )
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        raise UserInputError(
+            "torchrun --max-restarts with its default (static) rendezvous shares one store across attempts: the "
+            "restarted workers' process groups read the dead workers' addresses and hang (measured here; "
+            "pytorch/pytorch#135712). Fix: launch with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --rdzv-backend "
+            "c10d --rdzv-endpoint HOST:PORT --max-restarts N ..."
+        )
+
+
+def check_nonfinite_policy(reliability_args, training_args) -> None:
+    if reliability_args.on_nonfinite_loss == "skip" and training_args.gradient_accumulation_steps > 1:
+        raise UserInputError(
+            "--on_nonfinite_loss skip needs --gradient_accumulation_steps 1 (a skipped micro-batch would leave a "
+            "partial accumulated gradient). Fix: use --on_nonfinite_loss stop, or fold the accumulation into "
+            "--per_device_train_batch_size."
+        )
+
+
+def check_balance_batches(mode: str, training_args) -> None:
+    """--balance_batches: shares must name every rank, and ZeRO-3 is refused (checked before any loading)."""
+    if mode == "off" or training_args.world_size == 1:
+        return
+    ds = getattr(training_args, "hf_deepspeed_config", None)
+    if ds is not None and zero_stage(ds.config) == 3:
+        raise UserInputError(
+            "--balance_batches works with plain DDP and ZeRO 0-2; ZeRO-3 partitions the parameters, "
+            "so the calibration cannot run the model alone on each rank. Fix: use ZeRO-2."
+        )
+    if mode != "calibrate":
+        parse_shares(mode, training_args.world_size)
+
+
+POSITIVE_TRAINING_FLAGS = (
+    "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps", "learning_rate",
+)  # fmt: skip
+
+
+def check_training_numbers(training_args) -> None:
+    """TrainingArguments accepts these values and fails much later, after data and model loaded: refuse now."""
+    for flag in POSITIVE_TRAINING_FLAGS:
+        value = getattr(training_args, flag)
+        if value <= 0:
+            raise UserInputError(f"--{flag} must be positive, got {value}. Fix: pass a value above 0.")
+    if training_args.max_steps == 0 or (training_args.max_steps < 0 and training_args.num_train_epochs <= 0):
+        raise UserInputError(
+            f"nothing to train: --num_train_epochs {training_args.num_train_epochs}, --max_steps "
+            f"{training_args.max_steps}. Fix: pass --num_train_epochs above 0 or --max_steps above 0."
+        )
+
+
+def check_class_weighting(args) -> None:
+    """Class weights multiply hard-label cross-entropy; soft targets (Mixup/CutMix, label smoothing) have their own
+    loss, and weighting them would need a per-class weight inside the mixed target: refused rather than guessed."""
+    reg = args.regularization
+    soft = (reg.mixup_alpha > 0 or reg.cutmix_alpha > 0) or args.training.label_smoothing_factor > 0
+    if args.data.class_weighting != "none" and soft:
+        raise UserInputError(
+            "--class_weighting cannot be combined with --mixup_alpha/--cutmix_alpha or --label_smoothing_factor "
+            "(their soft-target loss is not class-weighted). Fix: drop one of them."
+        )
+
+
+def check_fsdp(args) -> None:
+    """FSDP2 (`--fsdp --fsdp_config fsdp_configs/fsdp2.json`): refuse, before loading, what it cannot run here."""
+    training = args.training
+    plugin = training.fsdp_plugin_args
+    if not plugin:
+        if training.fsdp_config:  # TrainingArguments reads it only with --fsdp: the run would silently be DDP
+            raise UserInputError(
+                "--fsdp_config is read only with --fsdp. Fix: add --fsdp "
+                "(e.g. --fsdp --fsdp_config fsdp_configs/fsdp2.json)."
+            )
+        return
+    refusals = [
+        (training.deepspeed, "--fsdp and --ds_config are two engines. Fix: pass one of them."),
+        (plugin["fsdp_version"] != 2, 'the recipe runs FSDP2 only. Fix: set "version": 2 in --fsdp_config.'),
+        (training.world_size < 2, "--fsdp shards over the processes of a distributed run and this is 1 process. "
+         "Fix: launch 2 or more (torchrun --nproc_per_node N, accelerate launch --multi_gpu) or drop --fsdp."),
+        (args.regularization.ema_decay, "--ema_decay keeps a whole float32 copy of every parameter on each rank, "
+         "and FSDP2 gives each rank only its shard. Fix: drop --ema_decay, or use ds_configs/zero2.json."),
+        (args.cluster.balance_batches == "calibrate", "--balance_batches calibrate runs the model alone on each "
+         "rank, and FSDP2 shards its parameters. Fix: pass explicit shares (e.g. --balance_batches 1,2)."),
+        (plugin.get("cpu_offload") and training.device.type == "cpu", "the fsdp_config's cpu_offload moves the "
+         "shards from an accelerator to CPU memory, and this run has no accelerator (torch's CPUOffloadPolicy "
+         "fails without one). Fix: use fsdp_configs/fsdp2.json."),
+        (plugin.get("activation_checkpointing") and training.gradient_checkpointing, "--gradient_checkpointing "
+         "and the fsdp_config's activation_checkpointing both checkpoint activations. Fix: keep one of them."),
+    ]  # fmt: skip
+    for refused, reason in refusals:
+        if refused:
+            raise UserInputError(f"--fsdp: {reason}")
+
+
+def validate_args(args) -> None:
+    """Checks across argument groups (each group's own checks ran in its __post_init__)."""
+    training = args.training
+    check_training_numbers(training)
+    check_fsdp(args)
+    check_nonfinite_policy(args.reliability, training)
+    check_ds_config_against_flags(training)
+    check_balance_batches(args.cluster.balance_batches, training)
+    ds = getattr(training, "hf_deepspeed_config", None)
+    check_regularization(
+        args.regularization, ds.config if ds is not None else None, args.engine.sequence_parallel_size
+    )
+    check_class_weighting(args)
+    check_streaming(args)
+    preset = args.model.preset
+    check_sequence_parallel(
+        args.engine.sequence_parallel_size,
+        training.world_size,
+        ds.config if ds is not None else None,
+        preset and MODEL_PRESETS[preset]["num_attention_heads"],
+        args.model.attn_implementation,
+        args.cluster.balance_batches,
+    )
