@@ -1,4 +1,5 @@
-"""Predicted vs measured peak memory per rank: the planner (`hf_vit_scaling.planning.memory`) against real 2-process runs.
+"""Predicted vs measured peak memory per rank: the planner (`hf_vit_scaling.planning.memory`) against real
+2-process runs.
 
 Each configuration is a few Trainer steps of `planner_memory_worker.py` under `torchrun --nproc_per_node 2` on the
 CPU over gloo, with every CPU tensor allocation tracked (see the worker's docstring for how). The measured figure is
@@ -25,7 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the checkout's package, also when another copy is installed
 
 from hf_vit_scaling.models.presets import MODEL_PRESETS  # noqa: E402
-from hf_vit_scaling.planning.memory import PlanSettings, engine_memory, read_ds_configs, vit_shape  # noqa: E402
+from hf_vit_scaling.planning.memory import PlanSettings, engine_memory  # noqa: E402
+from hf_vit_scaling.planning.shapes import read_ds_configs, vit_shape  # noqa: E402
 
 WORKER = Path(__file__).resolve().parent / "planner_memory_worker.py"
 NUM_LABELS = 10

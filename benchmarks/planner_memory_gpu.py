@@ -8,8 +8,8 @@ which a single process does not build. Measured: `torch.cuda.max_memory_allocate
 
     python benchmarks/planner_memory_gpu.py --output benchmarks/results/planner_memory_gpu.json
 
-It loads only `hf_vit_scaling.planning.memory` (and what it imports), so it also runs where the project's other
-dependencies (datasets, deepspeed) are not installed.
+It loads only `hf_vit_scaling.planning.shapes`, `hf_vit_scaling.planning.memory` and the model presets (and what
+they import), so it also runs where the project's other dependencies (datasets, deepspeed) are not installed.
 """
 
 import argparse
@@ -36,12 +36,15 @@ CONFIGS = [
 
 
 def load_planner():
-    """hf_vit_scaling.planning.memory and .models without running the package's __init__ (which imports everything)."""
+    """hf_vit_scaling.planning.shapes, .planning.memory and .models.presets without running the package's __init__
+    (which imports everything)."""
     package = types.ModuleType("hf_vit_scaling")
     package.__path__ = [str(REPO / "hf_vit_scaling")]
     sys.modules.setdefault("hf_vit_scaling", package)
-    return importlib.import_module("hf_vit_scaling.planning.memory"), importlib.import_module(
-        "hf_vit_scaling.models.presets"
+    return (
+        importlib.import_module("hf_vit_scaling.planning.shapes"),
+        importlib.import_module("hf_vit_scaling.planning.memory"),
+        importlib.import_module("hf_vit_scaling.models.presets"),
     )
 
 
@@ -85,21 +88,21 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("error: no CUDA device. Fix: run this on a machine with a GPU.", file=sys.stderr)
         return 2
-    planner, models = load_planner()
+    shapes, memory, models = load_planner()
     device = torch.device("cuda")
     rows = []
     for name, image_size, batch, precision, checkpointing in CONFIGS:
         preset = models.MODEL_PRESETS[name]
-        shape = planner.vit_shape(preset, image_size=image_size, num_labels=10)
-        settings = planner.PlanSettings(
+        shape = shapes.vit_shape(preset, image_size=image_size, num_labels=10)
+        settings = memory.PlanSettings(
             shape=shape,
             per_device_batch=batch,
             gpus_per_node=1,
             precision=precision,
             gradient_checkpointing=checkpointing,
-            gpu_memory_bytes=141 * planner.GiB,
+            gpu_memory_bytes=141 * shapes.GiB,
         )
-        predicted = planner.engine_memory("ddp", settings)
+        predicted = memory.engine_memory("ddp", settings)
         buckets = 4 * shape.num_parameters  # DDP's gradient buckets: not built by a single process
         measured = measure(preset, image_size, batch, precision, checkpointing, device)
         row = {

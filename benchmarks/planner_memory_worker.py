@@ -154,7 +154,8 @@ def fsdp2_wrap(model, world_size: int):
     `--fsdp --fsdp_config fsdp_configs/fsdp2.json`: each ViTLayer and the input embeddings resharded after forward,
     the final LayerNorm kept unsharded until backward, then the root. Done by hand because, when this benchmark was
     written, the Trainer on a CPU did not use FSDP at all (accelerate enables FSDP for GPU-class devices only and
-    wrapped the model in DDP); the recipe now runs FSDP2 on CPU through `hf_vit_scaling.parallel.engine.select_fsdp_on_cpu`."""
+    wrapped the model in DDP); the recipe now runs FSDP2 on CPU through
+    `hf_vit_scaling.parallel.engine.select_fsdp_on_cpu`."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 

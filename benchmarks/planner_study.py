@@ -18,14 +18,9 @@ from _common import report_result  # benchmarks/_common.py (scripts run as bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's package
 
 from hf_vit_scaling.models.presets import MODEL_PRESETS  # noqa: E402
-from hf_vit_scaling.planning.memory import (
-    INTERCONNECTS,
-    NETWORKS,
-    PlanSettings,
-    achievable_tflops_from_epoch,
-    epoch_seconds,
-    vit_shape,
-)
+from hf_vit_scaling.planning.memory import PlanSettings  # noqa: E402
+from hf_vit_scaling.planning.shapes import INTERCONNECTS, NETWORKS, vit_shape  # noqa: E402
+from hf_vit_scaling.planning.speed import achievable_tflops_from_epoch, epoch_seconds  # noqa: E402
 
 # The study's strong scaling on CIFAR-100 (50,000 training images), 64 images per GPU, fp32, 8 T4 per node.
 TRAIN_IMAGES = 50_000

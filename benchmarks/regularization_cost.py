@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Device-side cost per image of each batch regularization, ours (hf_vit_scaling.regularization.batch_augmenter, pure PyTorch) vs kornia.
+"""Device-side cost per image of each batch regularization, ours (pure PyTorch) vs kornia.
 
     python benchmarks/regularization_cost.py --output benchmarks/results/regularization_cost.json
 

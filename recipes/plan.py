@@ -11,6 +11,7 @@ explains every formula and shows how the estimates compare with measurements.
 """
 
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,18 +19,18 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.models.flops import lookup_peak_tflops
+from hf_vit_scaling.models.flops import lookup_peak_tflops, vit_train_flops_per_image
 from hf_vit_scaling.models.presets import MODEL_PRESETS
-from hf_vit_scaling.planning.memory import (
+from hf_vit_scaling.planning.memory import PlanSettings
+from hf_vit_scaling.planning.plan import Plan, plan
+from hf_vit_scaling.planning.shapes import (
+    ENGINE_FLAGS,
+    ENGINE_NAMES,
     INTERCONNECTS,
     NETWORKS,
     PRECISIONS,
-    PlanSettings,
-    format_plan,
-    parse_memory_size,
-    plan,
+    GiB,
     read_ds_configs,
-    resolve_bandwidth,
     vit_shape,
 )
 
@@ -144,6 +145,50 @@ class PlanArguments:
             raise UserInputError(f"--cpu_adam_gparams_per_s must be positive, got {self.cpu_adam_gparams_per_s}.")
 
 
+_MEMORY_UNITS = {
+    "": GiB,
+    "g": GiB,
+    "gb": GiB,
+    "gib": GiB,
+    "m": 1024**2,
+    "mb": 1024**2,
+    "mib": 1024**2,
+    "t": 1024**4,
+    "tb": 1024**4,
+    "tib": 1024**4,
+}
+
+
+def parse_memory_size(text: str, flag: str = "--gpu_memory") -> int:
+    """'40GB' → 40 × 2^30 bytes. GPU memory is quoted in binary units (an "A100 40GB" has 40,960 MiB), so GB and GiB
+    mean the same here; a bare number is GiB."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _MEMORY_UNITS:
+        raise UserInputError(f"{flag} {text!r} is not a memory size. Fix: write it like 40GB, 80GiB or 16384MB.")
+    value = float(match.group(1)) * _MEMORY_UNITS[unit]
+    if value <= 0:
+        raise UserInputError(f"{flag} must be positive, got {text!r}. Fix: give the memory of one GPU, e.g. 40GB.")
+    return int(value)
+
+
+def resolve_bandwidth(text: str, table: dict[str, float], flag: str) -> float:
+    """A named link from `table` or a number of GB/s."""
+    key = str(text).strip().lower()
+    if key in table:
+        return table[key]
+    try:
+        value = float(key)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise UserInputError(
+            f"{flag} {text!r} is neither a known link nor a bandwidth. Fix: use one of "
+            f"{', '.join(table)}, or a positive number of GB/s."
+        )
+    return value
+
+
 def achievable_tflops(args: PlanArguments) -> float:
     if args.achievable_tflops is not None:
         return args.achievable_tflops
@@ -175,6 +220,71 @@ def settings_from(args: PlanArguments) -> PlanSettings:
         cpu_adam_gparams_per_s=args.cpu_adam_gparams_per_s,
         ds_configs=read_ds_configs(str(DS_CONFIGS)),
     )
+
+
+def _gib(value: int) -> str:
+    return f"{value / GiB:.2f}"
+
+
+def format_plan(result: Plan) -> str:
+    """A table per engine (GiB per rank; step time in seconds), the inputs, and the recommendation."""
+    s = result.settings
+    shape = s.shape
+    lines = [
+        f"ViT: {shape.num_parameters / 1e6:.1f} M parameters, {shape.tokens} tokens, "
+        f"{vit_train_flops_per_image(shape) / 1e9:.1f} GFLOP per training image; {s.per_device_batch} images per "
+        f"device, {s.precision}, gradient checkpointing {'on' if s.gradient_checkpointing else 'off'}, "
+        f"sequence parallel {s.sequence_parallel_size}",
+        f"Cluster: {s.nodes} node(s) x {s.gpus_per_node} GPUs of {s.gpu_memory_bytes / GiB:.1f} GiB, "
+        f"margin {s.memory_margin:.0%}; assumed: {s.achievable_tflops:g} TFLOP/s achievable per GPU, "
+        f"{s.intra_node_gbps:g} GB/s in a node, {s.inter_node_gbps:g} GB/s between nodes, "
+        f"{s.host_link_gbps:g} GB/s host link, CPU Adam {s.cpu_adam_gparams_per_s:g} G params/s",
+        "",
+    ]
+    header = [
+        "engine",
+        "params",
+        "grads",
+        "optim",
+        "activ",
+        "buffers",
+        "peak",
+        "usable",
+        "fits",
+        "max batch",
+        "step s",
+        "comm s",
+        "img/s",
+    ]
+    rows = []
+    for o in result.options:
+        parts, speed = o.memory.parts, o.speed
+        communication = speed.step_s - speed.seconds["compute"]
+        rows.append(
+            [o.name, *(_gib(parts[k]) for k in parts), _gib(o.memory.peak), _gib(o.memory.usable)]
+            + ["yes" if o.memory.fits else "no", str(o.max_batch), f"{speed.step_s:.3f}", f"{communication:.3f}"]
+            + [f"{speed.images_per_s:.0f}"]
+        )
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines.append("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths))))
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    lines += [
+        "",
+        "Memory in GiB per rank. peak = static + max(forward phase, backward end, step phase): gradients and "
+        "activations are not live together, so the columns do not add up to it.",
+        "Step time is an estimate: compute + communication, no overlap (comm s: collectives, host transfers and CPU "
+        "Adam); the bandwidths and TFLOP/s above are inputs.",
+    ]
+    notes = [f"  {o.name}: {note}" for o in result.options for note in o.memory.notes]
+    if notes:
+        lines += ["Notes:", *notes]
+    if result.recommended:
+        flags = ENGINE_FLAGS[result.recommended]
+        lines += ["", f"Recommended: {ENGINE_NAMES[result.recommended]}  {flags}", f"Why: {result.reason}"]
+    else:
+        lines += ["", f"Recommended: none. {result.reason}"]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """tests/unit/: one file per package module, fast, in this process. tests/launched/: the recipe, the study and
 workers started as real processes (the multi-process ones marked `distributed`). Both import their builders and
-runners from tests/helpers.py as `tests.helpers` (tests/ is a package, so pytest puts the repository root first on
+runners from tests/helpers/ as `tests.helpers.*` (tests/ is a package, so pytest puts the repository root first on
 sys.path, and this checkout's hf_vit_scaling is the one imported)."""
 
 import os

@@ -1,1 +1,2 @@
-"""Only recipes/plan.py and the studies use these: the analytic planner (shapes, memory, speed) and the scaling-study arithmetic."""
+"""Used by recipes/plan.py and the studies only, never by training: the analytic planner (shapes, memory, speed) and
+the scaling-study arithmetic."""

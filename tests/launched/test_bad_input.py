@@ -8,7 +8,8 @@ import json
 import pytest
 from datasets import Value
 
-from tests.helpers import FSDP_CONFIGS, error_lines, fsdp_args, make_image_folder, make_saved_dataset, run_recipe
+from tests.helpers.builders import make_image_folder, make_saved_dataset
+from tests.helpers.launchers import FSDP_CONFIGS, error_lines, fsdp_args, run_recipe
 
 CASES = {
     "missing ds_config": (

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.helpers import (
+from tests.helpers.launchers import (
     CLASSIFY_WITH_PIPELINE,
     DS_CONFIGS,
     RECIPE,

@@ -8,7 +8,7 @@ from transformers import set_seed
 
 from hf_vit_scaling.models.presets import build_model_from_preset, preset_config
 from hf_vit_scaling.parallel.hetero import split_batch
-from tests.helpers import REPO, fsdp_args, read_json, run_recipe
+from tests.helpers.launchers import REPO, fsdp_args, read_json, run_recipe
 
 SGD_ONE_STEP = [
     "--max_steps",

@@ -5,7 +5,8 @@ import textwrap
 import pytest
 import torch
 
-from tests.helpers import run_script, save_tiny_pretrained_vit
+from tests.helpers.builders import save_tiny_pretrained_vit
+from tests.helpers.launchers import run_script
 
 LABELS = [f"class_{i}" for i in range(7)]
 

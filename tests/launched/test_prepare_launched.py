@@ -11,7 +11,8 @@ import sys
 import numpy as np
 from PIL import Image
 
-from tests.helpers import PREPARE, error_lines, launch_env, make_prepare_source, printed_json, run, run_recipe
+from tests.helpers.builders import make_prepare_source
+from tests.helpers.launchers import PREPARE, error_lines, launch_env, printed_json, run, run_recipe
 
 
 def _prepare(*args, faults: str | None = None) -> subprocess.CompletedProcess:

@@ -9,7 +9,8 @@ import sys
 import yaml
 
 from hf_vit_scaling.arguments.parse import ALL_ARGUMENT_CLASSES
-from tests.helpers import RECIPE_FOLDERS, REPO, printed_json, readme_commands, recipe_config_files, run
+from tests.helpers.launchers import REPO, printed_json, run
+from tests.helpers.readme import RECIPE_FOLDERS, readme_commands, recipe_config_files
 
 # parse_args on each file in turn, in one process (the dry run: `--help` depth, no data, no model).
 PARSE_ONLY = """

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import (
+from tests.helpers.builders import MIXED, make_image_folder
+from tests.helpers.launchers import (
     CLASSIFY_WITH_PIPELINE,
     DS_CONFIGS,
-    MIXED,
     RECIPE,
     REPO,
     TINY_ARGS,
@@ -26,7 +26,6 @@ from tests.helpers import (
     launch_env,
     launcher_cmd,
     logged_losses,
-    make_image_folder,
     printed_json,
     read_json,
     run,

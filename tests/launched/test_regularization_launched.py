@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 
 from hf_vit_scaling.training.checkpoints import checkpoint_problem
 from hf_vit_scaling.training.faults import FAULTS_ENV
-from tests.helpers import (
+from tests.helpers.launchers import (
     DS_CONFIGS,
     TINY_ARGS,
     fsdp_args,

@@ -17,7 +17,8 @@ import pytest
 from safetensors.torch import load_file
 
 from hf_vit_scaling.training.checkpoints import checkpoint_problem
-from tests.helpers import (
+from tests.helpers.builders import make_image_folder
+from tests.helpers.launchers import (
     BIN,
     DS_CONFIGS,
     RECIPE,
@@ -26,7 +27,6 @@ from tests.helpers import (
     free_port,
     fsdp_args,
     logged_losses,
-    make_image_folder,
     read_json,
     run,
     run_recipe,

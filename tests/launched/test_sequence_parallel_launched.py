@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from hf_vit_scaling.models.presets import build_model_from_preset, image_processor_for, preset_config
-from tests.helpers import (
+from tests.helpers.launchers import (
     DS_CONFIGS,
     REPO,
     TINY_ARGS,

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from hf_vit_scaling import load_throughput_report
-from tests.helpers import REPO, free_port, launch_env
+from tests.helpers.launchers import REPO, free_port, launch_env
 
 SBATCH_SCRIPT = REPO / "slurm" / "scaling_study.sbatch"
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "sinfo", "scancel")

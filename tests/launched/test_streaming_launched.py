@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from hf_vit_scaling.training.checkpoints import checkpoint_problem
-from tests.helpers import DS_CONFIGS, logged_losses, make_uint8_shards, read_json, run, run_recipe, sample_trace
+from tests.helpers.builders import make_uint8_shards
+from tests.helpers.launchers import DS_CONFIGS, logged_losses, read_json, run, run_recipe, sample_trace
 
 pytestmark = pytest.mark.distributed
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.helpers import STUDY, run
+from tests.helpers.launchers import STUDY, run
 
 TINY = [
     "--",

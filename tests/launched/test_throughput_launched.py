@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from tests.helpers import read_json, run_recipe
+from tests.helpers.launchers import read_json, run_recipe
 
 
 @pytest.mark.distributed

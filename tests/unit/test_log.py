@@ -4,7 +4,15 @@ import pytest
 
 from hf_vit_scaling.errors import CheckpointSaveError, NonFiniteLossError, UserInputError
 from hf_vit_scaling.log import exit_code_for, logger, setup_logging
-from tests.helpers import error_lines
+from hf_vit_scaling.parallel import distributed
+from tests.helpers.launchers import error_lines
+
+
+@pytest.fixture(autouse=True)
+def rank_from_the_environment(monkeypatch):
+    """The rank comes from RANK, as before a process group exists: an in-process test elsewhere may have left a
+    one-process group behind, which would make every rank 0 here."""
+    monkeypatch.setattr(distributed, "is_initialized", lambda: False)
 
 
 @pytest.mark.parametrize(

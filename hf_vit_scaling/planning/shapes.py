@@ -1,0 +1,253 @@
+"""The ViT a plan is for, its activations, and the tables the planner's modules share.
+
+Engines (one code path each, as the recipe runs them): plain DDP (the Trainer without DeepSpeed), DeepSpeed ZeRO-1,
+ZeRO-2, ZeRO-2 with the optimizer offloaded to the CPU, ZeRO-3, ZeRO-3 with parameters and optimizer offloaded, and
+FSDP2 full sharding (the Trainer's `--fsdp --fsdp_config fsdp_configs/fsdp2.json`).
+
+The tables: `ENGINES` with their names and recipe flags (`ENGINE_NAMES`, `ENGINE_FLAGS`), `PRECISIONS`, the ZeRO
+engines' DeepSpeed JSON (`read_ds_configs`), the DeepSpeed defaults the planner relies on, and the assumed bus
+bandwidths of GPU links and networks (`INTERCONNECTS`, `NETWORKS`: the defaults of `memory.PlanSettings`, the
+inputs of `speed.engine_speed`).
+
+Activations: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §4.1,
+Eq. (1): a transformer layer stores sbh(34 + 5as/h) bytes (s tokens, b batch, h hidden, a heads; 2-byte activations
+and 1-byte dropout masks). `layer_activation_elements` adapts it to Hugging Face's ViT (see there).
+`activation_bytes` turns those elements into bytes per rank (precision, autocast, gradient checkpointing,
+sequence parallelism).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+
+GiB = 1024**3
+
+ENGINES = ("ddp", "zero1", "zero2", "zero2_offload", "zero3", "zero3_offload", "fsdp2")
+ENGINE_NAMES = {
+    "ddp": "DDP",
+    "zero1": "ZeRO-1",
+    "zero2": "ZeRO-2",
+    "zero2_offload": "ZeRO-2 + optimizer offload",
+    "zero3": "ZeRO-3",
+    "zero3_offload": "ZeRO-3 + param/optimizer offload",
+    "fsdp2": "FSDP2 full shard",
+}
+# How the recipe runs each engine (recipes/train_vit.py flags).
+ENGINE_FLAGS = {
+    "ddp": "(no --ds_config; torchrun/accelerate start DDP)",
+    "zero1": "--ds_config ds_configs/zero1.json",
+    "zero2": "--ds_config ds_configs/zero2.json",
+    "zero2_offload": "--ds_config ds_configs/zero2_offload.json",
+    "zero3": "--ds_config ds_configs/zero3.json",
+    "zero3_offload": "--ds_config ds_configs/zero3_offload.json",
+    "fsdp2": "--fsdp --fsdp_config fsdp_configs/fsdp2.json",
+}
+PRECISIONS = ("bf16", "fp32")
+
+
+def read_ds_configs(folder: str) -> dict[str, dict]:
+    """The DeepSpeed JSON of each ZeRO engine from a folder laid out like the project's ds_configs/."""
+    configs = {}
+    for engine in ENGINES:
+        path = os.path.join(folder, f"{engine}.json")
+        if engine.startswith("zero") and os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                configs[engine] = json.load(f)
+    return configs
+
+
+# Bus bandwidths in GB/s (10^9 bytes/s) the collectives are assumed to reach: ASSUMPTIONS, not measurements, set
+# at roughly 65-90% of each link's line rate per direction. Measure yours (nccl-tests' "busbw") and pass a number.
+INTERCONNECTS = {
+    "pcie3": 10.0,  # PCIe 3.0 x16: 15.75 GB/s per direction
+    "pcie4": 20.0,  # PCIe 4.0 x16: 31.5 GB/s
+    "pcie5": 40.0,  # PCIe 5.0 x16: 63 GB/s
+    "nvlink3": 230.0,  # A100 NVLink: 300 GB/s per direction
+    "nvlink4": 360.0,  # H100 NVLink: 450 GB/s per direction
+}
+NETWORKS = {
+    "eth10": 1.1,  # 10 Gb/s Ethernet
+    "eth25": 2.8,  # 25 Gb/s
+    "eth100": 11.0,  # 100 Gb/s Ethernet or RoCE
+    "roce100": 11.0,
+    "ib-hdr": 22.0,  # 200 Gb/s InfiniBand HDR, one NIC per node
+    "ib-ndr": 45.0,  # 400 Gb/s InfiniBand NDR, one NIC per node
+    "8x-ib-ndr": 360.0,  # DGX H100-style: one 400 Gb/s NIC per GPU
+}
+
+# DeepSpeed defaults the Hugging Face integration fills in for "auto" (transformers integrations/deepspeed.py):
+# reduce_bucket_size = h², stage3_prefetch_bucket_size = 0.9·h², stage3_param_persistence_threshold = 10·h.
+# DeepSpeed's own default stage3_max_reuse_distance is 1e9 parameters (deepspeed/runtime/zero/config.py).
+ZERO3_MAX_REUSE_DISTANCE = 1_000_000_000
+DEEPSPEED_DEFAULT_REDUCE_BUCKET = 500_000_000
+PERSISTENCE_THRESHOLD_FACTOR = 10
+
+# --------------------------------------------------------------------------- model shape and parameter counts
+
+
+@dataclass(frozen=True)
+class VitShape:
+    """The numbers of a Hugging Face `ViTForImageClassification` the planner needs (ViTConfig's attribute names,
+    so `flops.vit_forward_macs_per_image` accepts it)."""
+
+    image_size: int
+    patch_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    num_channels: int = 3
+    num_labels: int = 1000
+
+    @property
+    def tokens(self) -> int:
+        """Patches + CLS: ViT-B/16 at 224 px has 14 × 14 + 1 = 197."""
+        return (self.image_size // self.patch_size) ** 2 + 1
+
+    def parameter_sizes(self) -> dict[str, list[int]]:
+        """Element counts of every parameter tensor, grouped by the module that owns it (HF ViT, `qkv_bias=True`,
+        no pooler: `ViTForImageClassification` builds `ViTModel(add_pooling_layer=False)`)."""
+        h, inter, c, p, n = (
+            self.hidden_size,
+            self.intermediate_size,
+            self.num_channels,
+            self.patch_size,
+            self.num_labels,
+        )
+        groups = {
+            "embeddings": [h, self.tokens * h],  # cls_token, position_embeddings
+            "patch_embeddings": [c * p * p * h, h],  # Conv2d weight, bias
+        }
+        for i in range(self.num_hidden_layers):
+            for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                groups[f"layer{i}.{proj}"] = [h * h, h]
+            groups[f"layer{i}.layernorm_before"] = [h, h]
+            groups[f"layer{i}.layernorm_after"] = [h, h]
+            groups[f"layer{i}.fc1"] = [h * inter, inter]
+            groups[f"layer{i}.fc2"] = [inter * h, h]
+        groups["layernorm"] = [h, h]
+        groups["classifier"] = [h * n, n]
+        return groups
+
+    @property
+    def num_parameters(self) -> int:
+        """ViT-B/16, 1000 classes: 86,567,656 (what `sum(p.numel())` gives for the HF model)."""
+        return sum(sum(sizes) for sizes in self.parameter_sizes().values())
+
+    @property
+    def largest_module_parameters(self) -> int:
+        """Parameters of the largest single module (DeepSpeed's `model_to_params` "largest layer"):
+        an MLP projection, h × I + I (ViT-B: 768 × 3072 + 3072 = 2,362,368)."""
+        return max(sum(sizes) for sizes in self.parameter_sizes().values())
+
+    @property
+    def layer_parameters(self) -> int:
+        """One ViTLayer: 4(h² + h) + 2·2h + 2·h·I + I + h (ViT-B: 7,087,872)."""
+        h, inter = self.hidden_size, self.intermediate_size
+        return 4 * (h * h + h) + 4 * h + 2 * h * inter + inter + h
+
+    def zero3_persistent_parameters(self) -> int:
+        """Parameters ZeRO-3 never partitions: tensors of at most `stage3_param_persistence_threshold` (= 10·h with
+        "auto") elements stay whole on every rank: biases, LayerNorms, the CLS token, a small classifier."""
+        threshold = PERSISTENCE_THRESHOLD_FACTOR * self.hidden_size
+        return sum(n for sizes in self.parameter_sizes().values() for n in sizes if n <= threshold)
+
+
+def vit_shape(
+    preset: dict, image_size: int | None = None, patch_size: int | None = None, num_labels: int = 1000
+) -> VitShape:
+    """A `VitShape` from a `models.MODEL_PRESETS` entry with optional overrides (as the recipe applies them)."""
+    values = dict(preset)
+    values["image_size"] = image_size or values["image_size"]
+    values["patch_size"] = patch_size or values["patch_size"]
+    return VitShape(num_labels=num_labels, **values)
+
+
+# --------------------------------------------------------------------------- activations
+
+
+def layer_activation_elements(shape: VitShape, batch: int, sequence_parallel_size: int = 1) -> dict[str, int]:
+    """Elements one ViTLayer keeps for backward (dropout 0, SDPA attention), by what keeps them.
+
+    Korthikanti et al. 2022, Eq. (1), counts per layer sbh(34 + 5as/h) bytes at 2 bytes per activation:
+    attention 11sbh + 5as²b (QKV input 2, Q and K 4, softmax 2as²b, its dropout mask as²b, dropout output 2as²b,
+    V 2, projection input 2, dropout mask 1), MLP 19sbh (input 2, GELU input 8, GELU output 8, mask 1), LayerNorm
+    inputs 4sbh. What changes for Hugging Face's ViT:
+
+    * dropout is 0 (ViTConfig's default): torch's `dropout` returns its input unchanged when p = 0, so no masks
+      (−2sbh bytes) and no dropout output (−2as²b);
+    * attention runs through `scaled_dot_product_attention` with a fused kernel (FlashAttention / memory-efficient
+      on GPUs, flash-attention-for-CPU on CPUs): no s × s softmax is stored (−2as²b, −as²b of its mask); the kernel
+      keeps its output O (the projection input: its (b, s, a, d) memory layout makes transformers'
+      `transpose(1, 2).contiguous()` a no-op) and an fp32 log-sum-exp per head and token;
+    * the MLP width is `intermediate_size` I rather than a fixed 4h.
+
+    In elements: LayerNorm inputs 2sbh, LayerNorm outputs (QKV and MLP inputs) 2sbh, Q, K, V 3sbh, O sbh, GELU input
+    and output 2sbI; plus fp32 statistics: LayerNorm mean and rstd 2 × 2sb, log-sum-exp asb. With I = 4h that is
+    16sbh elements, 32sbh bytes at 2 bytes: Korthikanti's 34sbh without the two dropout masks, and no 5as/h term.
+    (Checked against the tensors autograd saves for a real HF ViT layer: tests/unit/planning/test_memory_and_plan.py.)
+    With Ulysses sequence parallelism each rank keeps ceil(s / N) tokens (the sequence is padded to a multiple of N).
+    """
+    s = math.ceil(shape.tokens / sequence_parallel_size)
+    sbh = s * batch * shape.hidden_size
+    sbi = s * batch * shape.intermediate_size
+    return {
+        "residual": 2 * sbh,  # LayerNorm inputs: the layer input and the residual after attention
+        "normed": 2 * sbh,  # LayerNorm outputs kept by q/k/v_proj and fc1
+        "qkv": 3 * sbh,
+        "attention_output": sbh,  # SDPA's output O, also o_proj's input
+        "mlp": 2 * sbi,  # GELU input (fc1 output) and GELU output (fc2 input)
+        "fp32_statistics": 4 * s * batch + shape.num_attention_heads * s * batch,
+    }
+
+
+def activation_bytes(
+    shape: VitShape,
+    batch: int,
+    precision: str,
+    gradient_checkpointing: bool = False,
+    sequence_parallel_size: int = 1,
+    autocast: bool = False,
+) -> dict[str, int]:
+    """Activation memory of one rank at its peak (the start of backward), in bytes, by part.
+
+    `autocast`: torch autocast (plain DDP with --bf16) keeps fp32 weights, so the residual stream (embeddings + fp32
+    position table, and every `x + residual`) stays fp32 while matmul inputs are bf16 copies.
+    Gradient checkpointing (transformers checkpoints each ViTLayer) keeps only each layer's input, and during
+    backward one layer is recomputed at a time: L·sbh + one full layer.
+    The backward working set is the gradient flowing through one layer's MLP: 2sbI + 2sbh elements.
+    """
+    element = 2 if precision == "bf16" else 4
+    residual_element = 4 if autocast else element
+    per_layer = layer_activation_elements(shape, batch, sequence_parallel_size)
+    layer = (
+        per_layer["residual"] * residual_element
+        + (per_layer["normed"] + per_layer["qkv"] + per_layer["attention_output"] + per_layer["mlp"]) * element
+        + per_layer["fp32_statistics"] * 4
+    )
+    s_local = math.ceil(shape.tokens / sequence_parallel_size)
+    sbh = s_local * batch * shape.hidden_size
+    sbi = s_local * batch * shape.intermediate_size
+    layers = shape.num_hidden_layers
+    if gradient_checkpointing:
+        stored = layers * sbh * residual_element + layer  # each layer's input + one layer recomputed
+    else:
+        stored = layers * layer
+    # The pixels the patch convolution keeps; the final LayerNorm's input, statistics and output on the full
+    # sequence (gathered before it under sequence parallelism; the classifier keeps the CLS slice, a view that keeps
+    # the whole output alive); the logits.
+    pixels = batch * shape.num_channels * shape.image_size**2 * (4 if autocast else element)
+    tokens = shape.tokens * batch
+    head = 2 * tokens * shape.hidden_size * residual_element + 2 * tokens * 4 + batch * shape.num_labels * 4
+    working = (2 * sbi + 2 * sbh) * element
+    return {
+        "layers": stored,
+        "one_layer": layer,
+        "pixels": pixels,
+        "embeddings_and_head": pixels + head,
+        "backward_working_set": working,
+        "total": stored + pixels + head + working,
+    }

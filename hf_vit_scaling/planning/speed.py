@@ -1,0 +1,139 @@
+"""Step time per engine: compute plus the bytes each rank moves, the epoch time built from it, and the
+achievable TFLOP/s calibrated from a measured epoch.
+
+Speed
+-----
+Compute: images × training FLOPs per image (`flops.vit_train_flops_per_image`, ×4/3 with gradient checkpointing,
+which reruns the forward) ÷ an achievable TFLOP/s that the caller states. Communication: bytes each rank sends per
+step ÷ the link's bus bandwidth, with the ring-algorithm volumes of NCCL's performance notes (nccl-tests
+`doc/PERFORMANCE.md`): all-reduce 2(N-1)/N × bytes, all-gather and reduce-scatter (N-1)/N × bytes. A ring that spans
+nodes is as fast as its slowest link, so the bandwidth is the node's network when there is more than one node.
+Compute and communication are added (no overlap assumed), so the step time is an upper-bound-style estimate.
+
+Notation as in `memory`: Ψ parameters, N ranks, p the bytes of a parameter in the engine's working dtype. The
+bandwidths are inputs (`memory.PlanSettings`); the assumed ones are `shapes.INTERCONNECTS` and `shapes.NETWORKS`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hf_vit_scaling.models.flops import vit_train_flops_per_image
+from hf_vit_scaling.planning.memory import PlanSettings, zero3_gathered_parameters
+from hf_vit_scaling.planning.shapes import VitShape
+
+
+@dataclass
+class SpeedEstimate:
+    """One optimizer step on one rank: `seconds` and `bytes` by part (compute, collectives, sequence_parallel,
+    host_transfer, cpu_optimizer), their sum `step_s`, the global throughput, and the bandwidth the collectives
+    were given."""
+
+    seconds: dict[str, float]
+    bytes: dict[str, int]
+    step_s: float
+    images_per_s: float
+    bandwidth_gbps: float
+
+
+def collective_bytes_per_rank(
+    engine: str, num_parameters: int, world_size: int, precision: str, regathered_parameters: int | None = None
+) -> int:
+    """Bytes each rank sends per step for the data-parallel collectives (ring algorithms, bus-bandwidth volumes).
+
+    * DDP: all-reduce of the fp32 gradients: 2(N-1)/N × 4Ψ (torch DDP reduces gradients in their fp32 dtype
+      even under autocast).
+    * ZeRO-1/2 (and -offload): reduce-scatter of the p-byte gradients + all-gather of the updated p-byte weights:
+      2(N-1)/N × pΨ, the same volume as data parallelism (Rajbhandari et al. 2020, §7.2.1).
+    * ZeRO-3 / FSDP2: the weights are all-gathered for forward and again for backward, and gradients
+      reduce-scattered: 3(N-1)/N × pΨ, 1.5× data parallelism (Rajbhandari et al. 2020, §7.2.2).
+      `regathered_parameters` (default Ψ) is what backward must gather again: DeepSpeed's ZeRO-3 skips the weights
+      it kept gathered since forward (`zero3_gathered_parameters`).
+    """
+    n = world_size
+    if n == 1:
+        return 0
+    ring = (n - 1) / n
+    p = 2 if precision == "bf16" else 4
+    if engine == "ddp":
+        return int(2 * ring * 4 * num_parameters)
+    if engine in ("zero1", "zero2", "zero2_offload"):
+        return int(2 * ring * p * num_parameters)
+    regathered = num_parameters if regathered_parameters is None else regathered_parameters
+    return int(ring * p * (2 * num_parameters + regathered))
+
+
+def engine_speed(engine: str, settings: PlanSettings) -> SpeedEstimate:
+    """Step-time estimate: compute + collectives + sequence-parallel all-to-alls + host transfers + CPU Adam."""
+    shape, sp = settings.shape, settings.sequence_parallel_size
+    p = 2 if settings.precision == "bf16" else 4
+    flops = settings.per_device_batch * vit_train_flops_per_image(shape) / sp
+    if settings.gradient_checkpointing:
+        flops *= 4 / 3  # one more forward per step: 3 → 4 forward-equivalents
+    compute_s = flops / (settings.achievable_tflops * 1e12)
+
+    bandwidth = (
+        settings.intra_node_gbps if settings.nodes == 1 else min(settings.intra_node_gbps, settings.inter_node_gbps)
+    )
+    regathered = None
+    if engine.startswith("zero3"):
+        regathered = shape.num_parameters - zero3_gathered_parameters(shape)
+    collective = collective_bytes_per_rank(
+        engine, shape.num_parameters, settings.world_size, settings.precision, regathered
+    )
+    collective_s = collective / (bandwidth * 1e9)
+
+    # Ulysses: per layer 4 all-to-alls forward (Q, K, V in, output back) and 4 backward, each moving (N-1)/N of the
+    # rank's b × s/N × h activations (Jacobs et al. 2023, "DeepSpeed Ulysses", §3.2).
+    sp_bytes = 0
+    if sp > 1:
+        local = settings.per_device_batch * math.ceil(shape.tokens / sp) * shape.hidden_size * p
+        sp_bytes = int(8 * shape.num_hidden_layers * (sp - 1) / sp * local)
+    sp_link = settings.intra_node_gbps if sp <= settings.gpus_per_node else bandwidth
+    sp_s = sp_bytes / (sp_link * 1e9)
+
+    shard = math.ceil(shape.num_parameters / settings.world_size)
+    host_bytes, cpu_opt_s = 0, 0.0
+    if engine == "zero2_offload":
+        host_bytes = 2 * p * shard  # gradient partition to the host, updated weights back
+    elif engine == "zero3_offload":
+        # Weights in for forward (and again for backward, those not kept gathered), gradients out.
+        host_bytes = 2 * p * shard + p * math.ceil(regathered / settings.world_size)
+    if engine.endswith("_offload"):
+        cpu_opt_s = shard / (settings.cpu_adam_gparams_per_s * 1e9)
+    host_s = host_bytes / (settings.host_link_gbps * 1e9)
+
+    seconds = {
+        "compute": compute_s,
+        "collectives": collective_s,
+        "sequence_parallel": sp_s,
+        "host_transfer": host_s,
+        "cpu_optimizer": cpu_opt_s,
+    }
+    step_s = sum(seconds.values())
+    moved = {"collectives": collective, "sequence_parallel": sp_bytes, "host_transfer": host_bytes}
+    images = settings.per_device_batch * settings.world_size / sp
+    return SpeedEstimate(seconds, moved, step_s, images / step_s, bandwidth)
+
+
+def epoch_seconds(engine: str, settings: PlanSettings, train_images: int) -> dict[str, float]:
+    """Estimated epoch time: each data-parallel rank gets ceil(images / replicas) images (PyTorch's
+    DistributedSampler pads to equal shares), computes them at the settings' TFLOP/s and pays the per-step
+    communication once per step, the last partial step included."""
+    replicas = settings.world_size // settings.sequence_parallel_size
+    per_rank = math.ceil(train_images / replicas)
+    steps = math.ceil(per_rank / settings.per_device_batch)
+    speed = engine_speed(engine, settings)
+    compute = per_rank / settings.per_device_batch * speed.seconds["compute"]
+    communication = steps * (speed.step_s - speed.seconds["compute"])
+    return {"steps": steps, "compute_s": compute, "communication_s": communication, "epoch_s": compute + communication}
+
+
+def achievable_tflops_from_epoch(
+    shape: VitShape, train_images: int, epoch_s: float, gradient_checkpointing: bool = False
+) -> float:
+    """The TFLOP/s one GPU achieved, from a measured single-GPU epoch (no communication in it): the planner's
+    calibration input. The study's T4 epoch: 50,000 images x 105.4 GFLOP / 1,817.65 s = 2.90 TFLOP/s."""
+    flops = train_images * vit_train_flops_per_image(shape) * (4 / 3 if gradient_checkpointing else 1)
+    return flops / epoch_s / 1e12

@@ -1,0 +1,169 @@
+"""Real processes for the tests (never a faked world size inside pytest): the recipe, the study or a script started
+in fresh processes through `run_recipe` / `run_script` / `run`, with each launcher (python, torchrun, accelerate,
+deepspeed), and readers of what they leave (logged losses, printed JSON, `error:` lines, sample traces)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPE = REPO / "recipes" / "train_vit.py"
+PREPARE = REPO / "recipes" / "prepare_shards.py"
+STUDY = REPO / "recipes" / "scaling_study.py"
+DS_CONFIGS = REPO / "ds_configs"
+FSDP_CONFIGS = REPO / "fsdp_configs"
+WORKERS = REPO / "tests" / "launched" / "workers"
+BIN = Path(sys.executable).parent
+
+# A model small enough for seconds-long CPU runs: vit-tiny-cpu at 16 px (4x4 patches of 4 px -> 17 tokens).
+TINY_ARGS = (
+    "--model_preset vit-tiny-cpu --image_size 16 --per_device_train_batch_size 16 --learning_rate 2e-3 "
+    "--warmup_steps 0 --crop_scale_min 0.5 --horizontal_flip false --report_to none --save_strategy no "
+    "--disable_tqdm true --seed 0 --throughput_warmup_steps 2 --dataloader_num_workers 0"
+).split()
+
+
+# --------------------------------------------------------------------------- what a run printed and wrote
+
+
+def read_json(path) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def error_lines(stderr: str, prefix: str = "error:") -> list[str]:
+    """The user-facing error lines of a run's stderr (lines starting with `prefix`): tests require exactly one."""
+    return [line for line in stderr.splitlines() if line.startswith(prefix)]
+
+
+def printed_json(proc: subprocess.CompletedProcess) -> dict:
+    """The JSON a script printed as its last line."""
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def logged_losses(output_dir) -> list[float]:
+    state = read_json(Path(output_dir) / "trainer_state.json")
+    return [entry["loss"] for entry in state["log_history"] if "loss" in entry]
+
+
+def sample_trace(output_dir) -> dict:
+    """{(rank, step): record} from a run's --trace_samples files (output_dir/sample_trace/rank{R}.jsonl); a resumed
+    run's record for a step replaces the interrupted run's."""
+    steps = {}
+    folder = os.path.join(output_dir, "sample_trace")
+    for name in sorted(os.listdir(folder)):
+        rank = int(name.removeprefix("rank").removesuffix(".jsonl"))
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            for line in f:
+                record = json.loads(line)
+                steps[(rank, record["step"])] = record
+    return steps
+
+
+# --------------------------------------------------------------------------- fresh processes
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_env(**extra) -> dict:
+    """This environment, cleaned of a launcher's rank variables, for CPU runs that never reach the Hub. PYTHONPATH
+    starts with this checkout: a script's own folder, not the working directory, heads sys.path, so without it a
+    launched process imports whichever hf_vit_scaling is installed (an editable install of another checkout)."""
+    env = dict(os.environ)
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    env.update(
+        DS_ACCELERATOR="cpu",
+        OMP_NUM_THREADS="1",
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONWARNINGS="ignore::FutureWarning",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    )
+    env.update(extra)
+    return env
+
+
+def launcher_cmd(launcher: str, nproc: int) -> list[str]:
+    port = str(free_port())
+    if launcher == "python":
+        return [sys.executable]
+    if launcher == "torchrun":
+        return [str(BIN / "torchrun"), "--nproc_per_node", str(nproc), "--master_port", port]
+    if launcher == "accelerate":
+        multi = ["--multi_gpu"] if nproc > 1 else []
+        return [
+            str(BIN / "accelerate"),
+            "launch",
+            *multi,
+            "--num_processes",
+            str(nproc),
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            "--main_process_port",
+            port,
+        ]
+    if launcher == "deepspeed":
+        return [str(BIN / "deepspeed"), "--num_accelerators", str(nproc), "--master_port", port]
+    raise ValueError(launcher)
+
+
+def run(cmd: list, timeout: int = 600, cwd=None, **env) -> subprocess.CompletedProcess:
+    """Run a command (no retries: an abort at exit, fixed by `shutdown_distributed`, must fail the test again)."""
+    return subprocess.run(
+        [str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, env=launch_env(**env), cwd=cwd or REPO
+    )
+
+
+def run_recipe(output_dir, *args, launcher: str = "python", nproc: int = 1, script=RECIPE, check=True, **env):
+    cmd = [*launcher_cmd(launcher, nproc), str(script), "--output_dir", str(output_dir), *TINY_ARGS, *args]
+    proc = run(cmd, **env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"recipe failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def run_script(
+    tmp_path, name: str, code: str, *args, launcher: str = "python", nproc: int = 1, timeout: int = 300
+) -> subprocess.CompletedProcess:
+    """Write `code` to tmp_path/name and run it in fresh process(es) started by `launcher`, from tmp_path; fail
+    with the tails of its logs unless it exits 0."""
+    script = Path(tmp_path) / name
+    script.write_text(code, encoding="utf-8")
+    proc = run([*launcher_cmd(launcher, nproc), script, *args], timeout=timeout, cwd=tmp_path)
+    assert proc.returncode == 0, f"{name} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return proc
+
+
+def fsdp_args(name: str = "fsdp2") -> list[str]:
+    """The recipe's flags for FSDP2 with fsdp_configs/<name>.json."""
+    return ["--fsdp", "--fsdp_config", str(FSDP_CONFIGS / f"{name}.json")]
+
+
+# Classify one 8x8 grayscale image with the saved model through `transformers.pipeline` (a fresh process).
+CLASSIFY_WITH_PIPELINE = """
+import json
+import sys
+
+import numpy as np
+import transformers
+from PIL import Image
+
+classifier = transformers.pipeline("image-classification", model=sys.argv[1])
+image = Image.fromarray((np.arange(64).reshape(8, 8) * 4).astype(np.uint8), mode="L")  # 8x8 grayscale
+predictions = classifier(image)
+print(json.dumps({"predictions": predictions, "id2label": classifier.model.config.id2label,
+                  "dtype": str(classifier.model.dtype)}))
+"""

@@ -1,0 +1,98 @@
+"""Where the images come from: the built-in digits, image folders, datasets saved with `save_to_disk` or named on
+the Hub; image and label column detection; --max_train_samples / --max_eval_samples."""
+
+import pytest
+import torch
+from datasets import ClassLabel, Features, Value
+from datasets import Image as ImageFeature
+
+from hf_vit_scaling.arguments.data import DataArguments
+from hf_vit_scaling.data.decoding import stack_batch as collate_image_batch
+from hf_vit_scaling.data.host_transforms import attach_transforms
+from hf_vit_scaling.data.loading import load_image_classification_data
+from hf_vit_scaling.data.types import detect_image_column, detect_label_column
+from hf_vit_scaling.errors import UserInputError
+from tests.helpers.builders import MIXED, make_image_folder, make_saved_dataset
+
+
+def test_builtin_digits_is_real_and_split():
+    data = load_image_classification_data(DataArguments(), seed=0)
+    assert data.source == "sklearn-digits"
+    assert data.label_names == [str(i) for i in range(10)]
+    n_train, n_val = len(data.splits["train"]), len(data.splits["validation"])
+    assert n_train + n_val == 1797 and n_val == pytest.approx(0.15 * 1797, abs=1)
+    labels = data.splits["validation"]["label"]
+    assert set(labels) == set(range(10))  # stratified: every class held out
+
+
+def test_image_folder_mixed_modes_and_sizes_become_model_sized_rgb(tmp_path):
+    make_image_folder(tmp_path / "train", MIXED)
+    args = DataArguments(train_dir=str(tmp_path / "train"), train_val_split=0.25)
+    data = load_image_classification_data(args, seed=0)
+    assert data.label_names == ["cat", "dog"]
+    assert len(data.splits["train"]) + len(data.splits["validation"]) == 12
+    splits = attach_transforms(data, 24, [0.5] * 3, [0.5] * 3, args)
+    batch = collate_image_batch([splits["train"][i] for i in range(len(splits["train"]))])
+    assert batch["pixel_values"].shape == (len(splits["train"]), 3, 24, 24)
+    assert batch["pixel_values"].dtype == torch.float32 and batch["labels"].dtype == torch.long
+    assert batch["pixel_values"].min() >= -1.0 - 1e-5 and batch["pixel_values"].max() <= 1.0 + 1e-5
+
+
+def test_separate_validation_folder(tmp_path):
+    make_image_folder(tmp_path / "train", MIXED[:3])
+    make_image_folder(tmp_path / "val", MIXED[3:])
+    args = DataArguments(train_dir=str(tmp_path / "train"), validation_dir=str(tmp_path / "val"))
+    data = load_image_classification_data(args)
+    assert len(data.splits["train"]) == 6 and len(data.splits["validation"]) == 6
+
+
+def test_folder_without_images(tmp_path):
+    make_image_folder(tmp_path / "train", classes=("cat",), empty=True)
+    with pytest.raises(UserInputError, match="holds no images"):
+        load_image_classification_data(DataArguments(train_dir=str(tmp_path / "train")))
+
+
+def _cifar_style(path, label_feature, labels):
+    """CIFAR-100's column names ("img", "fine_label") and a "test" split of 2 rows."""
+    return make_saved_dataset(path, labels, label_feature, image_column="img", label_column="fine_label", test_rows=2)
+
+
+def test_saved_to_disk_cifar_style_columns_are_detected(tmp_path):
+    path = _cifar_style(tmp_path / "ds", ClassLabel(names=["a", "b", "c"]), [0, 1, 2, 0, 1, 2])
+    data = load_image_classification_data(DataArguments(dataset_name=str(path)))
+    assert (data.image_column, data.label_column) == ("img", "fine_label")
+    assert data.label_names == ["a", "b", "c"]
+    assert len(data.splits["validation"]) == 2  # the "test" split is used for evaluation
+
+
+def test_integer_labels_without_names(tmp_path):
+    path = _cifar_style(tmp_path / "ds", Value("int64"), [0, 3, 1, 3, 2, 0])
+    data = load_image_classification_data(DataArguments(dataset_name=str(path)))
+    assert data.label_names == ["0", "1", "2", "3"]
+
+
+def test_string_label_column_is_rejected(tmp_path):
+    path = _cifar_style(tmp_path / "ds", Value("string"), ["x", "y", "x", "y", "x", "y"])
+    with pytest.raises(UserInputError, match="not an integer or ClassLabel"):
+        load_image_classification_data(DataArguments(dataset_name=str(path)))
+
+
+def test_unknown_column_names_are_rejected():
+    features = Features({"img": ImageFeature(), "fine_label": ClassLabel(names=["a"]), "coarse_label": Value("int8")})
+    assert detect_image_column(features, None) == "img"
+    assert detect_label_column(features, None) == "fine_label"
+    assert detect_label_column(features, "coarse_label") == "coarse_label"
+    with pytest.raises(UserInputError, match="--image_column_name 'picture'"):
+        detect_image_column(features, "picture")
+    with pytest.raises(UserInputError, match="--label_column_name 'lbl'"):
+        detect_label_column(features, "lbl")
+
+
+def test_unknown_dataset_name_fails_clearly():
+    with pytest.raises(UserInputError, match="--dataset_name 'no-such-org/no-such-dataset'"):
+        load_image_classification_data(DataArguments(dataset_name="no-such-org/no-such-dataset"))
+
+
+def test_max_samples_limit_both_splits():
+    data = load_image_classification_data(DataArguments(max_train_samples=50, max_eval_samples=20), seed=1)
+    assert len(data.splits["train"]) == 50 and len(data.splits["validation"]) == 20

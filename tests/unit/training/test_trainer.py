@@ -1,0 +1,130 @@
+"""`VitTrainer` pieces in one process (world size 1, no launcher): the bookkeeping fields the collator adds never
+reach the model and are recorded (bad samples, the sample trace), the per-rank loss weight, the non-finite loss
+policies, our model card on push, and the per-class results each evaluation files. Their multi-process behaviour
+is in tests/launched/."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import TrainingArguments, ViTForImageClassification
+
+from hf_vit_scaling.errors import NonFiniteLossError
+from hf_vit_scaling.evaluation.metrics import make_module_compute_metrics
+from hf_vit_scaling.evaluation.model_card import render_model_card
+from hf_vit_scaling.log import setup_logging
+from hf_vit_scaling.parallel.hetero import loss_weight
+from hf_vit_scaling.regularization.ema import EMACallback
+from hf_vit_scaling.training.faults import FAULTS_ENV
+from hf_vit_scaling.training.trainer import TRACE_DIRNAME, VitTrainer
+from tests.helpers.builders import tiny_vit_config
+
+
+@pytest.fixture
+def make_trainer(tmp_path, monkeypatch):
+    monkeypatch.delenv(FAULTS_ENV, raising=False)
+
+    def make(**kwargs) -> VitTrainer:
+        torch.manual_seed(0)
+        config = tiny_vit_config()
+        args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none")
+        trainer = VitTrainer(model=ViTForImageClassification(config).train(), args=args, **kwargs)
+        trainer.current_gradient_accumulation_steps = 1  # set by the training loop, read by training_step
+        return trainer
+
+    return make
+
+
+def _batch(indices=(5, 7, 1, 2), pixels=None) -> dict:
+    n = len(indices)
+    return {
+        "pixel_values": torch.randn(n, 3, 8, 8) if pixels is None else pixels,
+        "labels": torch.arange(n) % 3,
+        "sample_index": torch.tensor(indices),
+    }
+
+
+def test_bookkeeping_fields_are_recorded_and_never_reach_the_model(make_trainer):
+    trainer = make_trainer(trace_samples=True)
+    model = trainer.model
+    bad = {"sample": "'broken.jpg'", "reason": "UnidentifiedImageError: x"}
+    inputs = {**_batch((5, 7)), "bad_samples": [bad]}
+    trainer.compute_loss(model, inputs)  # the model would fail on unknown keyword arguments
+    assert set(inputs) == {"pixel_values", "labels"}
+    trainer.state.global_step = 1
+    trainer.compute_loss(model, _batch((1, 2)))
+    model.eval()
+    trainer.compute_loss(model, {**_batch((9,)), "bad_samples": [bad]})  # evaluation: recorded, not traced
+    trainer.close_trace()
+    assert trainer.bad_samples == [{"split": "train", **bad}, {"split": "eval", **bad}]
+    trace = trainer.args.output_dir + f"/{TRACE_DIRNAME}/rank0.jsonl"
+    with open(trace, encoding="utf-8") as f:
+        assert [json.loads(line) for line in f] == [{"step": 1, "indices": [5, 7]}, {"step": 2, "indices": [1, 2]}]
+
+
+def test_no_trace_unless_asked(make_trainer, tmp_path):
+    trainer = make_trainer()
+    trainer.compute_loss(trainer.model, _batch())
+    assert not (tmp_path / "out" / TRACE_DIRNAME).exists()
+
+
+def test_own_loss_weight_applies_only_without_a_global_item_count(make_trainer):
+    trainer = make_trainer()
+    model, batch = trainer.model, _batch()
+    plain = trainer.compute_loss(model, dict(batch))
+    trainer.rank_batches = [3, 1]  # this rank (0) reads 3 of every 4 images: weight b_r x W / B = 3 x 2 / 4
+    weighted = trainer.compute_loss(model, dict(batch))
+    assert loss_weight([3, 1], 0) == 1.5
+    torch.testing.assert_close(weighted, plain * 1.5)
+    # With the global item count the Trainer already weights each rank by its share: nothing is added.
+    counted = trainer.compute_loss(model, dict(batch), num_items_in_batch=torch.tensor(4))
+    torch.testing.assert_close(counted, plain)
+
+
+def test_nonfinite_loss_stop_names_the_step_and_the_newest_checkpoint(make_trainer):
+    trainer = make_trainer()
+    with pytest.raises(NonFiniteLossError, match="non-finite training loss at step 1") as err:
+        trainer.training_step(trainer.model, _batch(pixels=torch.full((4, 3, 8, 8), float("nan"))))
+    assert "Newest complete checkpoint: none" in str(err.value) and "--on_nonfinite_loss skip" in str(err.value)
+
+
+def test_nonfinite_loss_skip_drops_the_step_gradients(make_trainer, capsys):
+    setup_logging()  # the recipe's logger: the main process prints the warning once
+    trainer = make_trainer(nonfinite_policy="skip")
+    model = trainer.model
+    trainer.training_step(model, _batch(pixels=torch.full((4, 3, 8, 8), float("nan"))))
+    assert trainer.skipped_steps == [1]
+    assert all(p.grad is None for p in model.parameters())  # the optimizer step changes nothing
+    assert "step skipped on every rank" in capsys.readouterr().out  # the main process says it once
+    trainer.state.global_step = 1
+    trainer.training_step(model, _batch())
+    assert trainer.skipped_steps == [1] and all(p.grad is not None for p in model.parameters())
+
+
+def test_push_writes_our_model_card(make_trainer, tmp_path):
+    facts = {"model_name": "out", "model_desc": "vit-tiny-cpu trained from scratch", "dataset": "sklearn-digits",
+             "eval_split_size": 270, "setup": {"world size": 1}, "hub_model_id": None}  # fmt: skip
+    trainer = make_trainer(model_card=facts)
+    trainer.write_model_card({"eval_accuracy": 0.5, "eval_runtime": 1.0, "epoch": 3.0})
+    card = tmp_path / "out" / "README.md"
+    expected = render_model_card({**facts, "metrics": {"eval_accuracy": 0.5}})  # no runtimes, no epoch
+    assert card.read_text(encoding="utf-8") == expected
+    card.unlink()
+    trainer.create_model_card()  # what push_to_hub calls: the same card, with the same metrics
+    assert card.read_text(encoding="utf-8") == expected
+
+
+def test_evaluation_files_the_per_class_results_under_each_metric_prefix(make_trainer):
+    ema = EMACallback(0.9)
+    trainer = make_trainer(compute_metrics=make_module_compute_metrics(["a", "b", "c"]), ema=ema)
+    ema.on_train_begin(None, SimpleNamespace(global_step=0), None, model=trainer.model)
+    torch.manual_seed(1)
+    images = [{"pixel_values": torch.randn(3, 8, 8), "labels": torch.tensor(i % 3)} for i in range(12)]
+    metrics = trainer.evaluate(eval_dataset=images)
+    assert {"eval_accuracy", "eval_macro_f1", "eval_ema_accuracy", "eval_ema_macro_f1"} <= set(metrics)
+    assert set(trainer.class_reports) == {"eval", "eval_ema"} and trainer.compute_metrics.latest is None
+    for prefix, report in trainer.class_reports.items():
+        assert sum(report["images_per_class"]) == 12 and report["images_per_class"] == [4, 4, 4]
+        correct = sum(report["confusion_matrix"][i][i] for i in range(3))
+        assert metrics[f"{prefix}_accuracy"] == correct / 12
