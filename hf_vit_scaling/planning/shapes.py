@@ -188,7 +188,7 @@ def layer_activation_elements(shape: VitShape, batch: int, sequence_parallel_siz
     In elements: LayerNorm inputs 2sbh, LayerNorm outputs (QKV and MLP inputs) 2sbh, Q, K, V 3sbh, O sbh, GELU input
     and output 2sbI; plus fp32 statistics: LayerNorm mean and rstd 2 × 2sb, log-sum-exp asb. With I = 4h that is
     16sbh elements, 32sbh bytes at 2 bytes: Korthikanti's 34sbh without the two dropout masks, and no 5as/h term.
-    (Checked against the tensors autograd saves for a real HF ViT layer: tests/unit/planning/test_memory_and_plan.py.)
+    (Checked against the tensors autograd saves for a real HF ViT layer: tests/unit/planning/test_shapes.py.)
     With Ulysses sequence parallelism each rank keeps ceil(s / N) tokens (the sequence is padded to a multiple of N).
     """
     s = math.ceil(shape.tokens / sequence_parallel_size)

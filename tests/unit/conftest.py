@@ -1,4 +1,4 @@
-"""Fixtures for the unit tests of the regularization modules."""
+"""Fixtures shared by the unit tests of several sub-packages (regularization, data, training)."""
 
 import pytest
 import torch

@@ -1,21 +1,27 @@
-"""The batched transforms that run on the device (`DevicePreprocessor`, uint8 batches) against the per-sample
-ones, and the choice between the two input paths."""
+"""Tests `data.device_transforms`: uint8 batch transforms on the device against the per-sample ones; the eval crop."""
 
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from PIL import Image
 
-from hf_vit_scaling.arguments.data import DataArguments
 from hf_vit_scaling.data.decoding import pil_to_uint8_tensor
-from hf_vit_scaling.data.device_transforms import DevicePreprocessor, collate_uint8_batch, random_crop_flip_theta
+from hf_vit_scaling.data.device_transforms import (
+    DevicePreprocessor,
+    EvalCenterCrop,
+    collate_uint8_batch,
+    random_crop_flip_theta,
+)
 from hf_vit_scaling.data.host_transforms import ImageTransform
-from hf_vit_scaling.data.input_path import choose_input_path
-from hf_vit_scaling.data.loading import load_image_classification_data
-from hf_vit_scaling.errors import UserInputError
-from tests.helpers.builders import MIXED, make_image_folder
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+HALF = (0.5, 0.5, 0.5)  # mean and std in the EvalCenterCrop tests
+SIZE = 16  # the tiny_vit fixture's image size
+
+
+def generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
 
 
 def _images(n=6, side=12):
@@ -100,22 +106,6 @@ def test_crop_boxes_respect_scale_and_stay_inside():
     assert ((cx.abs() + w) <= 1 + 1e-6).all() and ((cy.abs() + h) <= 1 + 1e-6).all()
 
 
-def test_auto_picks_device_for_one_size_and_host_crop_for_mixed(tmp_path):
-    digits = load_image_classification_data(DataArguments(max_train_samples=64, max_eval_samples=16))
-    assert choose_input_path(digits, "auto") == "device"
-    make_image_folder(tmp_path / "train", MIXED)
-    mixed = load_image_classification_data(DataArguments(train_dir=str(tmp_path / "train"), train_val_split=0.25))
-    assert choose_input_path(mixed, "auto") == "host_crop"
-    assert choose_input_path(mixed, "device") == "device"  # the user's choice stands...
-    with pytest.raises(UserInputError, match="--input_path host_crop"):  # ...and fails clearly at collate time
-        collate_uint8_batch(
-            [
-                {"pixel_values": torch.zeros(3, 4, 4, dtype=torch.uint8), "labels": 0},
-                {"pixel_values": torch.zeros(3, 5, 4, dtype=torch.uint8), "labels": 1},
-            ]
-        )
-
-
 def test_uint8_batches_of_hwc_views_stack_without_transposing_and_preprocess_the_same():
     images = [pil_to_uint8_tensor(img) for img in _images(4, side=10)]  # views of H x W x 3 arrays
     batch = collate_uint8_batch([{"pixel_values": p, "labels": 0} for p in images])["pixel_values"]
@@ -127,3 +117,28 @@ def test_uint8_batches_of_hwc_views_stack_without_transposing_and_preprocess_the
     window = [p[:, 2:8, 1:9] for p in images]  # windows of those arrays (a host-side crop) stack the same way
     stacked = collate_uint8_batch([{"pixel_values": p, "labels": 0} for p in window])["pixel_values"]
     assert stacked.is_contiguous(memory_format=torch.channels_last) and torch.equal(stacked, torch.stack(window))
+
+
+def test_eval_center_crop_is_timms_resize_then_centre_crop():
+    crop = EvalCenterCrop(28, 0.875)
+    assert crop.resized_shape(28, 28) == (32, 32)  # floor(28 / 0.875) = 32
+    assert crop.resized_shape(28, 56) == (32, 64)  # the shorter side to 32, aspect kept
+    pixels = torch.randint(0, 256, (2, 3, 28, 28), dtype=torch.uint8, generator=generator(0))
+    out = crop(pixels)
+    assert out.shape == (2, 3, 28, 28) and out.dtype == torch.uint8
+    resized = F.interpolate(pixels.float(), size=(32, 32), mode="bilinear", antialias=True, align_corners=False)
+    assert torch.equal(out, resized[..., 2:30, 2:30].round().clamp(0, 255).to(torch.uint8))
+    assert torch.equal(EvalCenterCrop(28, 1.0)(pixels), pixels)
+
+
+def test_eval_center_crop_hook_runs_before_the_preprocessor_in_evaluation_only(tiny_vit):
+    DevicePreprocessor(SIZE, HALF, HALF, random_resized_crop=False, horizontal_flip=False).attach(tiny_vit)
+    crop = EvalCenterCrop(SIZE, 0.875)
+    pixels = torch.randint(0, 256, (4, 3, 24, 24), dtype=torch.uint8, generator=generator(0))
+    with torch.no_grad():
+        tiny_vit.eval()
+        expected = tiny_vit(pixel_values=crop(pixels)).logits
+        crop.attach(tiny_vit)  # prepended: runs before the preprocessor although attached after it
+        assert torch.equal(tiny_vit(pixel_values=pixels).logits, expected)
+        tiny_vit.train()
+        assert not torch.allclose(tiny_vit(pixel_values=pixels).logits, expected)

@@ -3,14 +3,12 @@ the Hub; image and label column detection; --max_train_samples / --max_eval_samp
 
 import pytest
 import torch
-from datasets import ClassLabel, Features, Value
-from datasets import Image as ImageFeature
+from datasets import ClassLabel, Value
 
 from hf_vit_scaling.arguments.data import DataArguments
 from hf_vit_scaling.data.decoding import stack_batch as collate_image_batch
 from hf_vit_scaling.data.host_transforms import attach_transforms
 from hf_vit_scaling.data.loading import load_image_classification_data
-from hf_vit_scaling.data.types import detect_image_column, detect_label_column
 from hf_vit_scaling.errors import UserInputError
 from tests.helpers.builders import MIXED, make_image_folder, make_saved_dataset
 
@@ -75,17 +73,6 @@ def test_string_label_column_is_rejected(tmp_path):
     path = _cifar_style(tmp_path / "ds", Value("string"), ["x", "y", "x", "y", "x", "y"])
     with pytest.raises(UserInputError, match="not an integer or ClassLabel"):
         load_image_classification_data(DataArguments(dataset_name=str(path)))
-
-
-def test_unknown_column_names_are_rejected():
-    features = Features({"img": ImageFeature(), "fine_label": ClassLabel(names=["a"]), "coarse_label": Value("int8")})
-    assert detect_image_column(features, None) == "img"
-    assert detect_label_column(features, None) == "fine_label"
-    assert detect_label_column(features, "coarse_label") == "coarse_label"
-    with pytest.raises(UserInputError, match="--image_column_name 'picture'"):
-        detect_image_column(features, "picture")
-    with pytest.raises(UserInputError, match="--label_column_name 'lbl'"):
-        detect_label_column(features, "lbl")
 
 
 def test_unknown_dataset_name_fails_clearly():

@@ -1,6 +1,6 @@
 """Streaming data in this process: the manifest and its raw uint8 rows, the per-rank split, the fixed worker order,
 the data position written to a checkpoint and read back (datasets' state and replay, with and without DataLoader
-workers), the refusals before anything loads, and a Parquet stream of encoded images through load_dataset."""
+workers), and a Parquet stream of encoded images through load_dataset."""
 
 import json
 from types import SimpleNamespace
@@ -10,10 +10,9 @@ import pytest
 import torch
 
 from hf_vit_scaling.arguments.data import DataArguments
-from hf_vit_scaling.arguments.parse import parse_args
 from hf_vit_scaling.arguments.streaming import StreamingArguments
 from hf_vit_scaling.data.decoding import decode_raw, stack_batch
-from hf_vit_scaling.data.shards import find_manifest, manifest_shards, read_manifest
+from hf_vit_scaling.data.shards import find_manifest, manifest_shards
 from hf_vit_scaling.data.streaming.load import load_streaming_data
 from hf_vit_scaling.data.streaming.loader import StreamingTrainData
 from hf_vit_scaling.data.streaming.position import POSITION_DIRNAME
@@ -73,22 +72,6 @@ def test_manifest_layouts_and_raw_rows(tmp_path):
     (tmp_path / "bad" / "manifest.json").write_text(json.dumps({"size": 2}))
     with pytest.raises(UserInputError, match="lacks channels, class_names"):
         find_manifest(str(tmp_path / "bad"))
-
-
-def test_one_manifest_reader_checks_format_and_shards(tmp_path):
-    """The prepare step's folders and streamed shard folders are read by one strict reader (`data.shards`)."""
-    root = make_uint8_shards(tmp_path / "a", shards=2, rows=3, size=2, channels=1)
-    assert find_manifest(f"file://{root}")["size"] == 2  # any fsspec URL
-    manifest = json.loads((root / "manifest.json").read_text())
-    (root / "manifest.json").write_text(json.dumps({**manifest, "format_version": 99}))
-    with pytest.raises(UserInputError, match="not a format_version 1"):
-        find_manifest(str(root))
-    (root / "manifest.json").write_text(json.dumps(manifest))
-    (root / "train" / "train-00001-of-00002.parquet").unlink()
-    with pytest.raises(UserInputError, match=r"1 shard\(s\) listed in manifest.json are missing"):
-        find_manifest(str(root))
-    with pytest.raises(UserInputError, match="has no manifest.json"):
-        read_manifest(str(tmp_path / "none"))
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -159,33 +142,6 @@ def test_unreadable_row_is_left_out_of_its_batch(tmp_path):
     batch = take(data, 1)[0]
     assert batch["sample_index"].tolist() == [0, 1, 3] and batch["pixel_values"].shape[0] == 3
     assert batch["bad_samples"][0]["sample"] == "row 2"
-
-
-def streaming_argv(tmp_path, *extra):
-    return ["--output_dir", str(tmp_path), "--streaming", "--dataset_name", str(tmp_path), *extra]
-
-
-@pytest.mark.parametrize(
-    "extra, words",
-    [
-        ([], "--max_steps"),
-        (["--max_steps", "5", "--class_weighting", "balanced"], "--class_weighting"),
-        (["--max_steps", "5", "--max_train_samples", "9"], "--max_train_samples"),
-        (["--max_steps", "5", "--save_strategy", "epoch"], "--save_strategy steps"),
-        (["--max_steps", "5", "--balance_batches", "1,1"], "--balance_batches"),
-        (["--max_steps", "5", "--shuffle_buffer_size", "-1"], "--shuffle_buffer_size"),
-    ],
-)
-def test_streaming_refusals_before_loading(tmp_path, extra, words):
-    with pytest.raises(UserInputError, match=words):
-        parse_args(streaming_argv(tmp_path, *extra))
-
-
-def test_file_flags_need_streaming(tmp_path):
-    with pytest.raises(UserInputError, match="add --streaming"):
-        parse_args(["--output_dir", str(tmp_path), "--train_files", "x.parquet"])
-    args = parse_args(streaming_argv(tmp_path, "--max_steps", "3"))
-    assert args.streaming.streaming and args.streaming.shuffle_buffer_size == 1000
 
 
 def test_parquet_files_of_encoded_images_stream_through_load_dataset(tmp_path):

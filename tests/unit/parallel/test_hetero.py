@@ -1,13 +1,13 @@
 """Heterogeneous ranks: per-rank batch shares, the loss weights that keep the global mean, the uneven batch
-sampler. The launched runs (equal gradients with uneven batches) are in tests/launched/test_hetero_launched.py, the
-flags in --help in tests/launched/test_recipe_commands.py."""
+sampler, the --simulate_slow_ranks spec. The launched runs (equal gradients with uneven batches) are in
+tests/launched/test_hetero_launched.py, the flags in --help in tests/launched/test_recipe_commands.py."""
 
 from collections import Counter
 
 import pytest
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.parallel.hetero import UnevenBatchSampler, loss_weight, parse_shares, split_batch
+from hf_vit_scaling.parallel.hetero import UnevenBatchSampler, loss_weight, parse_shares, parse_slow_ranks, split_batch
 
 
 def test_split_batch_is_proportional_and_exact():
@@ -54,3 +54,8 @@ def test_parse_shares():
     assert parse_shares("1,3", 2) == [1.0, 3.0]
     with pytest.raises(UserInputError, match="one positive share per rank"):
         parse_shares("1,2,3", 2)
+
+
+def test_parse_slow_ranks():
+    assert parse_slow_ranks("1:2.0,3:1.5") == {1: 2.0, 3: 1.5}
+    assert parse_slow_ranks(None) == {}

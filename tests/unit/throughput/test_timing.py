@@ -1,8 +1,4 @@
-"""The throughput callback driven through Trainer events in one process: warm-up excluded, evaluation not counted as
-data wait, the report's schema (docs/throughput.md shows every key), the sync-wait estimate. Runs over 2 processes
-are in tests/launched/test_throughput_launched.py."""
-
-import json
+"""Tests `throughput.timing`: the callback through Trainer events, in one process (2 processes: tests/launched/)."""
 
 import pytest
 import torch
@@ -11,18 +7,11 @@ from transformers import TrainerControl, TrainerState, TrainingArguments, ViTFor
 from hf_vit_scaling.throughput import timing
 from hf_vit_scaling.throughput.report import format_report
 from hf_vit_scaling.throughput.schema import REPORT_SCHEMA, load_throughput_report, schema_markdown
-from hf_vit_scaling.throughput.summary import estimate_sync_wait, summarize
 from hf_vit_scaling.throughput.timing import ThroughputCallback
 from tests.helpers.builders import tiny_vit_config
 from tests.helpers.launchers import REPO
 
 THROUGHPUT_DOC = REPO / "docs" / "throughput.md"
-
-
-def test_sync_wait_against_hand_computed_values():
-    # Step 1: rank work 1.0 / 3.0 -> rank 0 waits 2.0; step 2: 2.0 / 2.5 -> 0.5. Rank 1 never waits.
-    assert estimate_sync_wait([[1.0, 2.0], [3.0, 2.5]]) == pytest.approx([2.5, 0.0])
-    assert estimate_sync_wait([[1.0], [1.0], [1.0]]) == [0.0, 0.0, 0.0]
 
 
 class _Clock:
@@ -116,53 +105,3 @@ def test_report_has_the_documented_schema_and_the_docs_page_shows_it(tmp_path, c
     assert schema_markdown() in THROUGHPUT_DOC.read_text(encoding="utf-8"), "regenerate the table in the page"
     assert "Throughput report" in format_report(report)
     assert report["flops"]["mfu"] == pytest.approx(report["flops"]["achieved_tflops_per_device"] / 1.0)
-
-
-def _rank_figures(images, measured_time, own_work, node="host#0"):
-    return {
-        "steps": len(own_work), "images": images, "measured_time": measured_time, "compute_mean": 0.5,
-        "data_wait_mean": 0.1, "forward_mean": 0.1, "step_time_mean": 0.6, "step_time_median": 0.6,
-        "step_time_p90": 0.7, "own_work": own_work, "device": "cpu", "hostname": node.split("#")[0], "node": node,
-        "memory": {"allocated_peak_bytes": None, "reserved_peak_bytes": None, "rss_peak_bytes": 100 * 2**20},
-    }  # fmt: skip
-
-
-SETUP = {
-    "engine": "deepspeed", "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2, "zero_stage": 2,
-    "offload": {}, "precision": "fp32", "image_size": 32, "patch_size": 4, "num_parameters": 1000,
-    "forward_macs_per_image": 10**9, "train_flops_per_image": 6 * 10**9, "versions": {}, "simulated_slow_ranks": {},
-    "rank_batches": None, "sequence_parallel_size": 1, "warmup_steps": 2, "peak_tflops": 1.0,
-    "peak_source": "user", "memory_kind": "rss_peak_bytes",
-}  # fmt: skip
-
-
-def test_summarize_is_pure_arithmetic_over_the_ranks():
-    # Rank 1 is slower: its 4 s is the measured time; 2 x 64 images / 4 s = 32 images/s.
-    per_rank = [_rank_figures(64, 3.0, [1.0, 1.0]), _rank_figures(64, 4.0, [1.5, 2.0], node="other#1")]
-    report = summarize(per_rank, SETUP)
-    assert report["throughput"]["images_per_s"] == pytest.approx(32.0)
-    assert report["setup"]["global_batch_size"] == 8 * 2 * 2 == report["throughput"]["nominal_images_per_step"]
-    assert report["setup"]["num_nodes"] == 2 and report["setup"]["tokens_per_image"] == 65
-    assert report["ranks"]["slowest_rank"] == 1 and report["ranks"]["spread"] == pytest.approx(1.75)
-    assert report["ranks"]["est_sync_wait_s_total"] == pytest.approx(0.5 + 1.0)
-    assert report["flops"]["mfu"] == pytest.approx(32.0 * 6e9 / 1e12 / 2)  # per device, peak 1 TFLOP/s
-    sp = summarize(per_rank, {**SETUP, "sequence_parallel_size": 2})  # 2 ranks share each image
-    assert sp["throughput"]["images_measured"] == 64 and sp["setup"]["global_batch_size"] == 16
-    assert sp["setup"]["tokens_per_rank"] == 33
-    for section, keys in REPORT_SCHEMA.items():
-        assert sorted(report[section]) == sorted(keys), section
-
-
-def test_version_1_reports_load_as_version_2(tmp_path):
-    report = summarize([_rank_figures(10, 1.0, [0.1])], {**SETUP, "engine": "trainer", "zero_stage": None})
-    old = json.loads(json.dumps(report))
-    old["schema_version"] = 1
-    for key in ("engine", "sequence_parallel_size", "tokens_per_rank"):
-        del old["setup"][key]
-    (tmp_path / "v1.json").write_text(json.dumps(old))
-    loaded = load_throughput_report(str(tmp_path / "v1.json"))
-    assert loaded["schema_version"] == 2 and loaded["setup"]["engine"] == "trainer"
-    assert loaded["setup"]["sequence_parallel_size"] == 1 and loaded["setup"]["tokens_per_rank"] == 65
-    (tmp_path / "v0.json").write_text(json.dumps({**old, "schema_version": 0}))
-    with pytest.raises(ValueError, match="reads 1 and 2"):
-        load_throughput_report(str(tmp_path / "v0.json"))

@@ -1,0 +1,66 @@
+"""Tests `arguments.checks`: the checks across argument groups, run by parse_args."""
+
+import os
+import pickle
+
+import pytest
+
+from hf_vit_scaling.arguments.checks import check_restart_setup
+from hf_vit_scaling.arguments.parse import parse_args
+from hf_vit_scaling.errors import UserInputError
+
+
+def test_hub_token_never_stays_in_the_arguments(tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    secret = "hf_unitTestToken42"
+    training_args = parse_args(["--output_dir", str(tmp_path), "--hub_token", secret]).training
+    assert training_args.hub_token is None
+    assert secret.encode() not in pickle.dumps(training_args)  # what training_args.bin holds
+    assert os.environ["HF_TOKEN"] == secret  # where huggingface_hub finds it for the upload
+
+
+def test_skip_policy_with_accumulation_is_refused(tmp_path):
+    with pytest.raises(UserInputError, match="--gradient_accumulation_steps 1"):
+        parse_args(
+            ["--output_dir", str(tmp_path), "--on_nonfinite_loss", "skip", "--gradient_accumulation_steps", "2"]
+        )
+
+
+def test_torchrun_restarts_need_latest_and_a_fresh_store_per_attempt(tmp_path):
+    """The environment torchrun gives its workers (printed from a real torchrun worker: TORCHELASTIC_USE_AGENT_STORE
+    is True with the default static rendezvous and with c10d, False with c10d +
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1)."""
+    training_args = parse_args(["--output_dir", str(tmp_path)]).training
+    static = {"TORCHELASTIC_MAX_RESTARTS": "1", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    fresh_store = {"TORCHELASTIC_MAX_RESTARTS": "1", "TORCHELASTIC_USE_AGENT_STORE": "False"}
+    with pytest.raises(UserInputError, match="--resume_from_checkpoint latest"):
+        check_restart_setup(training_args, fresh_store)
+    training_args.resume_from_checkpoint = "latest"
+    with pytest.raises(UserInputError, match="TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --rdzv-backend c10d"):
+        check_restart_setup(training_args, static)
+    check_restart_setup(training_args, fresh_store)  # the launch the message recommends
+    check_restart_setup(training_args, {"TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_USE_AGENT_STORE": "True"})
+
+
+def test_class_weighting_is_refused_beside_soft_targets(tmp_path):
+    base = ["--output_dir", str(tmp_path), "--class_weighting", "balanced"]
+    assert parse_args(base).data.class_weighting == "balanced"
+    for extra in (["--mixup_alpha", "0.2"], ["--label_smoothing_factor", "0.1"]):
+        with pytest.raises(UserInputError, match="--class_weighting cannot be combined"):
+            parse_args(base + extra)
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--per_device_train_batch_size", "0"], "--per_device_train_batch_size"),
+        (["--per_device_eval_batch_size", "-2"], "--per_device_eval_batch_size"),
+        (["--gradient_accumulation_steps", "0"], "--gradient_accumulation_steps"),
+        (["--learning_rate", "-1"], "--learning_rate"),
+        (["--num_train_epochs", "0"], "--num_train_epochs"),
+        (["--max_steps", "0"], "--max_steps"),
+    ],
+)
+def test_training_numbers_are_refused_before_anything_loads(tmp_path, argv, flag):
+    with pytest.raises(UserInputError, match=flag):
+        parse_args(["--output_dir", str(tmp_path), *argv])

@@ -1,0 +1,93 @@
+"""Tests `planning.shapes`: parameter and activation counts by hand, against transformers."""
+
+import dataclasses
+
+import torch
+from transformers import ViTConfig, ViTForImageClassification
+
+from hf_vit_scaling.models.presets import MODEL_PRESETS
+from hf_vit_scaling.planning.shapes import VitShape, activation_bytes, vit_shape
+
+# 32 px, patch 16 -> 2 x 2 patches + CLS = 5 tokens; hidden 8, 2 layers, 2 heads, MLP 16, 10 classes.
+TINY = VitShape(
+    image_size=32,
+    patch_size=16,
+    hidden_size=8,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=16,
+    num_channels=3,
+    num_labels=10,
+)
+
+
+def hf_parameter_count(shape: VitShape) -> int:
+    config = ViTConfig(**{f.name: getattr(shape, f.name) for f in dataclasses.fields(shape)})
+    with torch.device("meta"):
+        model = ViTForImageClassification(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_parameter_count_by_hand_and_against_transformers():
+    # cls 8 + positions 5 x 8 = 48; patch conv 3 x 16 x 16 x 8 + 8 = 6,152;
+    # per layer q/k/v/o 4 x (64 + 8) = 288, two LayerNorms 32, fc1 8 x 16 + 16 = 144, fc2 16 x 8 + 8 = 136 -> 600;
+    # final LayerNorm 16; classifier 8 x 10 + 10 = 90.
+    assert TINY.num_parameters == 48 + 6152 + 2 * 600 + 16 + 90 == 7506
+    assert TINY.layer_parameters == 600
+    assert TINY.largest_module_parameters == 6152  # the patch convolution
+    for shape in (TINY, vit_shape(MODEL_PRESETS["vit-b-16"]), vit_shape(MODEL_PRESETS["vit-ti-16"], 128, 8, 37)):
+        assert shape.num_parameters == hf_parameter_count(shape)
+    assert vit_shape(MODEL_PRESETS["vit-b-16"]).num_parameters == 86_567_656
+
+
+def test_activation_bytes_by_hand():
+    # fp32, batch 2: s = 5, b = 2, h = 8, I = 16, a = 2 -> sb = 10, sbh = 80, sbI = 160.
+    # per layer: residual 2sbh + normed 2sbh + q,k,v 3sbh + attention output sbh + GELU in/out 2sbI
+    #   = 160 + 160 + 240 + 80 + 320 = 960 elements x 4 B = 3,840 B; fp32 statistics (LayerNorm mean/rstd
+    #   2 x 2sb + log-sum-exp asb) = 40 + 20 = 60 x 4 B = 240 B -> 4,080 B per layer.
+    # pixels 2 x 3 x 32 x 32 x 4 B = 24,576; final LayerNorm input + output 2 x 80 x 4 = 640 and its statistics
+    # 2 x 10 x 4 = 80, logits 2 x 10 x 4 = 80; backward working set (2sbI + 2sbh) x 4 = 1,920.
+    act = activation_bytes(TINY, 2, "fp32")
+    assert act["one_layer"] == 4080
+    assert act["layers"] == 2 * 4080
+    assert act["pixels"] == 24576
+    assert act["embeddings_and_head"] == 24576 + 640 + 80 + 80
+    assert act["backward_working_set"] == 1920
+    assert act["total"] == 8160 + 24576 + 800 + 1920 == 35456
+    # Checkpointing keeps each layer's input (L x sbh x 4 = 640 B) and recomputes one layer at a time.
+    assert activation_bytes(TINY, 2, "fp32", gradient_checkpointing=True)["layers"] == 640 + 4080
+    # Sequence parallelism over 2 ranks: ceil(5 / 2) = 3 tokens per rank inside the layers.
+    assert activation_bytes(TINY, 2, "fp32", sequence_parallel_size=2)["one_layer"] == (
+        (2 + 2 + 3 + 1) * 3 * 2 * 8 * 4 + 2 * 3 * 2 * 16 * 4 + (4 * 3 * 2 + 2 * 3 * 2) * 4
+    )
+
+
+def test_activation_formula_is_korthikanti_without_dropout_and_softmax():
+    # With I = 4h and 2-byte activations the layer stores 32·sbh bytes: Korthikanti et al.'s sbh(34 + 5as/h)
+    # without its two 1-byte dropout masks and the as² terms (fused attention, no dropout); only the fp32
+    # statistics come on top.
+    shape = vit_shape(MODEL_PRESETS["vit-b-16"])
+    b, s, h, a = 4, shape.tokens, shape.hidden_size, shape.num_attention_heads
+    layer = activation_bytes(shape, b, "bf16")["one_layer"]
+    assert layer == (34 - 2) * s * b * h + (4 * s * b + a * s * b) * 4
+
+
+def test_activation_bytes_match_a_real_forward_on_cpu():
+    """What a 2-layer HF ViT keeps after its forward (SDPA, dropout 0), tracked with the profiler's allocation
+    events, is the planner's activation total without the backward working set (within 1%)."""
+    shape = dataclasses.replace(
+        TINY, image_size=64, patch_size=8, hidden_size=64, num_attention_heads=4, intermediate_size=256
+    )
+    config = ViTConfig(**{f.name: getattr(shape, f.name) for f in dataclasses.fields(shape)})
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = ViTForImageClassification(config).train()
+    batch = 8
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        pixels = torch.randn(batch, 3, 64, 64)
+        logits = model(pixel_values=pixels).logits
+    live = sum(e.nbytes() for e in prof.profiler.kineto_results.events() if e.nbytes() != 0)
+    del logits
+    predicted = activation_bytes(shape, batch, "fp32")
+    expected = predicted["total"] - predicted["backward_working_set"]
+    assert abs(live / expected - 1) < 0.01, (live, expected)

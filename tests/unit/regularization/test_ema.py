@@ -1,0 +1,84 @@
+"""Tests `regularization.ema`: the EMA callback on a toy model and a tiny ViT."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.regularization.ema import EMA_FILENAME, EMACallback
+
+
+def toy_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+
+
+def take_steps(model, ema, steps, first_step=1, seed=0):
+    """Stand-in for optimizer steps: new random weights each step, then the callback's on_step_end."""
+    history = []
+    gen = torch.Generator().manual_seed(seed)
+    for step in range(first_step, first_step + steps):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(torch.randn(p.shape, generator=gen))
+        history.append({n: p.detach().clone() for n, p in model.named_parameters()})
+        ema.on_step_end(None, SimpleNamespace(global_step=step), None, model=model)
+    return history
+
+
+def test_ema_after_k_steps_is_the_closed_form():
+    model, decay, k = toy_model(), 0.9, 7
+    start = {n: p.detach().clone() for n, p in model.named_parameters()}
+    ema = EMACallback(decay)
+    ema.on_train_begin(None, SimpleNamespace(global_step=0), None, model=model)
+    history = take_steps(model, ema, k)
+    for name in start:  # ema_k = d^k w_0 + (1 - d) sum_{j=1..k} d^(k-j) w_j
+        expected = decay**k * start[name] + (1 - decay) * sum(
+            decay ** (k - j) * history[j - 1][name] for j in range(1, k + 1)
+        )
+        assert torch.allclose(ema.shadow[name], expected, atol=1e-6)
+    assert ema.global_step == k
+
+
+def test_ema_resumes_exactly_from_its_checkpoint_file(tmp_path):
+    model = toy_model()
+    straight = EMACallback(0.95)
+    straight.on_train_begin(None, SimpleNamespace(global_step=0), None, model=model)
+    take_steps(model, straight, 4, seed=1)
+    straight.save_state(str(tmp_path))
+    assert (tmp_path / EMA_FILENAME).is_file()
+    take_steps(model, straight, 3, first_step=5, seed=2)
+
+    resumed = EMACallback(0.95, resume_from=str(tmp_path))
+    resumed.on_train_begin(None, SimpleNamespace(global_step=4), None, model=model)
+    take_steps(model, resumed, 3, first_step=5, seed=2)
+    for name in straight.shadow:
+        assert torch.equal(straight.shadow[name], resumed.shadow[name])
+
+    with pytest.raises(UserInputError, match="step 4, the checkpoint is at step 5"):
+        EMACallback(0.95, resume_from=str(tmp_path)).on_train_begin(
+            None, SimpleNamespace(global_step=5), None, model=model
+        )
+    with pytest.raises(UserInputError, match="saved without --ema_decay"):
+        EMACallback(0.95, resume_from=str(tmp_path / "elsewhere")).on_train_begin(
+            None, SimpleNamespace(global_step=4), None, model=model
+        )
+
+
+def test_ema_weights_are_swapped_in_and_back(tiny_vit):
+    ema = EMACallback(0.5)
+    ema.on_train_begin(None, SimpleNamespace(global_step=0), None, model=tiny_vit)
+    own = {n: p.detach().clone() for n, p in tiny_vit.named_parameters()}
+    for shadow in ema.shadow.values():
+        shadow.add_(1.0)
+    with ema.applied(tiny_vit):
+        assert all(torch.equal(p, ema.shadow[n]) for n, p in tiny_vit.named_parameters())
+    assert all(torch.equal(p, own[n]) for n, p in tiny_vit.named_parameters())
+
+
+def test_ema_refuses_zero3_partitioned_parameters():
+    model = toy_model()
+    next(model.parameters()).ds_id = 0  # what DeepSpeed ZeRO-3 sets on each partitioned parameter
+    with pytest.raises(UserInputError, match="ZeRO-3"):
+        EMACallback(0.9).on_train_begin(None, SimpleNamespace(global_step=0), None, model=model)
