@@ -1,7 +1,8 @@
 """Bad input: one clear message naming the flag or file and the fix, exit code 2, nothing passed off as a result.
 
-Each case runs the recipe in a fresh process (the refusals of --balance_batches and FSDP2 setups with 2 processes under
-torchrun)."""
+The one-process cases share one fresh process that runs the recipe's main() per case; one case also runs as its own
+`python recipes/train_vit.py` process; the refusals of --balance_batches and FSDP2 setups run 2 processes under
+torchrun."""
 
 import json
 
@@ -9,7 +10,17 @@ import pytest
 from datasets import Value
 
 from tests.helpers.builders import make_image_folder, make_saved_dataset
-from tests.helpers.launchers import FSDP_CONFIGS, error_lines, fsdp_args, run_recipe
+from tests.helpers.launchers import (
+    FSDP_CONFIGS,
+    RECIPE,
+    REPO,
+    TINY_ARGS,
+    error_lines,
+    fsdp_args,
+    printed_json,
+    run_recipe,
+    run_script,
+)
 
 CASES = {
     "missing ds_config": (
@@ -80,27 +91,93 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_bad_input_is_refused_clearly(tmp_path, case):
-    (tmp_path / "bad.json").write_text("{ this is not json")
-    (tmp_path / "v1.json").write_text(json.dumps({"version": 1, "transformer_layer_cls_to_wrap": ["ViTLayer"]}))
-    (tmp_path / "stage5.json").write_text(json.dumps({"zero_optimization": {"stage": 5}}))
-    (tmp_path / "conflict.json").write_text(
+# One fresh process runs the recipe's main() once per case (what `python recipes/train_vit.py ARGS` runs after its
+# imports), so the 16 refusals cost one start-up instead of 16; `test_the_process_exits_2_with_one_error_line` checks
+# the exit code and stderr of a real `python recipes/train_vit.py` process.
+REFUSE_EACH = """
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import sys
+
+os.chdir(sys.argv[3])  # where `python recipes/train_vit.py` runs from: relative paths such as ds_configs/ resolve
+spec = importlib.util.spec_from_file_location("train_vit", sys.argv[1])
+recipe = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(recipe)
+results = {}
+for name, argv in json.loads(open(sys.argv[2]).read()).items():
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = recipe.main(argv)
+        except SystemExit as stop:
+            code = stop.code
+        except Exception as crash:  # a traceback where one error line belongs
+            code = f"crashed: {crash!r}"
+    results[name] = {"code": code, "stderr": err.getvalue()}
+print(json.dumps(results))
+"""
+
+
+def write_case_files(folder) -> None:
+    (folder / "bad.json").write_text("{ this is not json")
+    (folder / "v1.json").write_text(json.dumps({"version": 1, "transformer_layer_cls_to_wrap": ["ViTLayer"]}))
+    (folder / "stage5.json").write_text(json.dumps({"zero_optimization": {"stage": 5}}))
+    (folder / "conflict.json").write_text(
         json.dumps(
             {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 2}}
         )
     )
-    make_args, expected = CASES[case]
-    out = tmp_path / "out"
-    proc = run_recipe(out, *make_args(tmp_path), "--max_steps", "2", check=False)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    errors = error_lines(proc.stderr)
-    assert len(errors) == 1, proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory):
+    """{case: (result, output_dir, case folder)}: every case of CASES refused in one fresh process."""
+    root = tmp_path_factory.mktemp("bad_input")
+    argvs, folders = {}, {}
+    for i, (name, (make_args, _)) in enumerate(CASES.items()):
+        folder = root / f"case{i}"
+        folder.mkdir()
+        write_case_files(folder)
+        folders[name] = folder
+        argvs[name] = [
+            "--output_dir",
+            str(folder / "out"),
+            *TINY_ARGS,
+            *map(str, make_args(folder)),
+            "--max_steps",
+            "2",
+        ]
+    (root / "cases.json").write_text(json.dumps(argvs))
+    results = printed_json(run_script(root, "refuse_each.py", REFUSE_EACH, RECIPE, root / "cases.json", REPO))
+    return {name: (results[name], folders[name] / "out") for name in CASES}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_refused_clearly(refusals, case):
+    result, out = refusals[case]
+    _, expected = CASES[case]
+    assert result["code"] == 2, result
+    errors = error_lines(result["stderr"])
+    assert len(errors) == 1, result["stderr"][-3000:]
     for text in expected:
         assert text in errors[0], errors[0]
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in result["stderr"]
     written = list(out.rglob("*")) if out.exists() else []
     assert written == [], written
+
+
+def test_the_process_exits_2_with_one_error_line(tmp_path):
+    """The same refusal as a real process: exit status 2, one `error:` line, no traceback, nothing written."""
+    out = tmp_path / "out"
+    proc = run_recipe(out, "--ds_config", str(tmp_path / "nope.json"), "--max_steps", "2", check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = error_lines(proc.stderr)
+    assert len(errors) == 1 and "nope.json" in errors[0], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert not out.exists() or list(out.rglob("*")) == []
 
 
 @pytest.mark.distributed

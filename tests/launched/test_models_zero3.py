@@ -20,6 +20,7 @@ def test_finetuning_under_zero3_two_processes(tmp_path):
         import deepspeed, torch
         from transformers import TrainingArguments
         from hf_vit_scaling.models.presets import load_model_for_finetuning
+        from hf_vit_scaling.parallel.distributed import shutdown_distributed
         zero3 = {{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {{"stage": 3}}}}
         args = TrainingArguments(output_dir={str(tmp_path / "out")!r}, use_cpu=True, report_to="none", deepspeed=zero3)
         model = load_model_for_finetuning({str(tmp_path / "ckpt")!r}, {LABELS!r})
@@ -36,6 +37,7 @@ def test_finetuning_under_zero3_two_processes(tmp_path):
             assert torch.isfinite(w).all() and 0.0 < w.std().item() < 0.1, w.std().item()
             assert torch.equal(params["classifier.bias"].data, torch.zeros(7))
         print("ZERO3-OK", torch.distributed.get_rank())
+        shutdown_distributed()  # gloo's threads done before exit: without it a rank can abort at teardown
     """)
     proc = run_script(tmp_path, "check.py", code, launcher="torchrun", nproc=2, timeout=300)
     assert proc.stdout.count("ZERO3-OK") == 2
@@ -50,6 +52,7 @@ def test_mimetic_init_and_sincos_table_under_zero3_two_processes(tmp_path):
         from transformers import TrainingArguments
         from hf_vit_scaling.models.presets import build_model_from_preset, preset_config
         from hf_vit_scaling.models.weight_init import initialize_weights, sincos_2d_position_table
+        from hf_vit_scaling.parallel.distributed import shutdown_distributed
         zero3 = {{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {{"stage": 3}}}}
         args = TrainingArguments(output_dir={str(tmp_path / "out")!r}, use_cpu=True, report_to="none", deepspeed=zero3)
         torch.manual_seed(torch.distributed.get_rank())  # different draws per rank: rank 0's must win
@@ -72,6 +75,7 @@ def test_mimetic_init_and_sincos_table_under_zero3_two_processes(tmp_path):
         torch.distributed.all_gather(gathered, fingerprint)
         assert torch.equal(gathered[0], gathered[1]), "ranks hold different weights"
         print("ZERO3-INIT-OK", torch.distributed.get_rank())
+        shutdown_distributed()
     """)
     proc = run_script(tmp_path, "check.py", code, launcher="torchrun", nproc=2, timeout=600)
     assert proc.stdout.count("ZERO3-INIT-OK") == 2

@@ -53,7 +53,9 @@ def throughput_setup(output_dir) -> dict:
     return read_json(Path(output_dir) / "throughput.json")["setup"]
 
 
-EVALUATE_SAVED_MODEL = """
+# Top-1 accuracy of saved models on the recipe's validation split, rebuilt by the package in one new process:
+# argv[1] is a JSON list of [output_dir, recipe args]; prints one result per model.
+EVALUATE_SAVED_MODELS = """
 import json
 import sys
 
@@ -62,39 +64,34 @@ from transformers import AutoImageProcessor, HfArgumentParser, ViTForImageClassi
 
 from hf_vit_scaling import DataArguments, attach_transforms, collate_image_batch, load_image_classification_data
 
-output_dir, recipe_args = sys.argv[1], json.loads(sys.argv[2])
-# The recipe's own data flags, parsed the way the recipe parses them (everything else is ignored).
-parser = HfArgumentParser(DataArguments, allow_abbrev=False)
-(data_args,) = parser.parse_args_into_dataclasses(recipe_args, return_remaining_strings=True)[:1]
-seed = int(recipe_args[recipe_args.index("--seed") + 1])
 
-model = ViTForImageClassification.from_pretrained(output_dir).eval()
-processor = AutoImageProcessor.from_pretrained(output_dir)
-size = model.config.image_size if isinstance(model.config.image_size, int) else model.config.image_size[0]
-data = load_image_classification_data(data_args, seed=seed)
-validation = attach_transforms(data, size, processor.image_mean, processor.image_std, data_args)["validation"]
+def evaluate(output_dir, recipe_args):
+    # The recipe's own data flags, parsed the way the recipe parses them (everything else is ignored).
+    parser = HfArgumentParser(DataArguments, allow_abbrev=False)
+    (data_args,) = parser.parse_args_into_dataclasses(recipe_args, return_remaining_strings=True)[:1]
+    seed = int(recipe_args[recipe_args.index("--seed") + 1])
+    model = ViTForImageClassification.from_pretrained(output_dir).eval()
+    processor = AutoImageProcessor.from_pretrained(output_dir)
+    size = model.config.image_size if isinstance(model.config.image_size, int) else model.config.image_size[0]
+    data = load_image_classification_data(data_args, seed=seed)
+    validation = attach_transforms(data, size, processor.image_mean, processor.image_std, data_args)["validation"]
+    correct = 0
+    with torch.no_grad():
+        for start in range(0, len(validation), 32):
+            batch = collate_image_batch([validation[i] for i in range(start, min(start + 32, len(validation)))])
+            logits = model(pixel_values=batch["pixel_values"].to(model.dtype)).logits
+            correct += int((logits.argmax(-1) == batch["labels"]).sum())
+    return {"accuracy": correct / len(validation), "n": len(validation), "dtype": str(model.dtype)}
 
-correct = 0
-with torch.no_grad():
-    for start in range(0, len(validation), 32):
-        batch = collate_image_batch([validation[i] for i in range(start, min(start + 32, len(validation)))])
-        logits = model(pixel_values=batch["pixel_values"].to(model.dtype)).logits
-        correct += int((logits.argmax(-1) == batch["labels"]).sum())
-print(json.dumps({"accuracy": correct / len(validation), "n": len(validation), "dtype": str(model.dtype)}))
+
+print(json.dumps([evaluate(output_dir, args) for output_dir, args in json.loads(sys.argv[1])]))
 """
 
 
-def evaluate_saved_model(tmp_path, output_dir, recipe_args: list[str]) -> dict:
-    """Top-1 accuracy of the saved model on the recipe's validation split, rebuilt by the package in a new process."""
-    return printed_json(
-        run_script(
-            tmp_path,
-            "evaluate_saved_model.py",
-            EVALUATE_SAVED_MODEL,
-            output_dir,
-            json.dumps([*TINY_ARGS, *recipe_args]),
-        )
-    )
+def evaluate_saved_models(tmp_path, runs: list[tuple]) -> list[dict]:
+    """Top-1 accuracy of each saved model [(output_dir, recipe args)], in one new process."""
+    runs = [[str(out), [*TINY_ARGS, *args]] for out, args in runs]
+    return printed_json(run_script(tmp_path, "evaluate_saved_models.py", EVALUATE_SAVED_MODELS, json.dumps(runs)))
 
 
 SAFETENSORS_DTYPES = """
@@ -115,11 +112,30 @@ def safetensors_dtypes(tmp_path, path) -> list[str]:
 # --------------------------------------------------------------------------- 1. every ds_config, 2 processes
 
 
+@pytest.fixture(scope="module")
+def ds_config_runs(tmp_path_factory):
+    """{config: (output dir, args, error or None)}: a 2-process run per ds_config, then every saved model reloaded
+    and scored in one new process (one start-up for all, instead of one each)."""
+    root = tmp_path_factory.mktemp("ds_configs")
+    runs = {}
+    for ds_config in DS_CONFIG_FILES:
+        out = root / ds_config.stem
+        args = ["--ds_config", str(ds_config), "--max_steps", "30", "--logging_steps", "5", *SHORT_RUN]
+        try:
+            run_checked(out, *args, launcher="accelerate", nproc=2)
+            runs[ds_config] = (out, args, None)
+        except AssertionError as err:  # reported by that config's test; the others go on
+            runs[ds_config] = (out, args, err)
+    trained = [config for config, (_, _, err) in runs.items() if err is None]
+    scores = evaluate_saved_models(root, [runs[c][:2] for c in trained]) if trained else []
+    return {config: (*runs[config], dict(zip(trained, scores)).get(config)) for config in runs}
+
+
 @pytest.mark.parametrize("ds_config", DS_CONFIG_FILES, ids=[p.stem for p in DS_CONFIG_FILES])
-def test_every_ds_config_trains_saves_and_reloads(tmp_path, ds_config):
-    out = tmp_path / "out"
-    args = ["--ds_config", str(ds_config), "--max_steps", "30", "--logging_steps", "5", *SHORT_RUN]
-    run_checked(out, *args, launcher="accelerate", nproc=2)
+def test_every_ds_config_trains_saves_and_reloads(ds_config_runs, ds_config):
+    out, args, error, reloaded = ds_config_runs[ds_config]
+    if error is not None:
+        raise error
 
     losses = logged_losses(out)
     assert len(losses) == 6, losses
@@ -135,7 +151,6 @@ def test_every_ds_config_trains_saves_and_reloads(tmp_path, ds_config):
     assert setup["zero_stage"] == config_stage(ds_config)
 
     results = read_json(out / "all_results.json")
-    reloaded = evaluate_saved_model(tmp_path, out, args)
     assert reloaded["n"] == results["eval_samples"] == int(EVAL_SAMPLES)
     assert math.isclose(reloaded["accuracy"], results["eval_accuracy"], abs_tol=1 / reloaded["n"] + 1e-9), (
         f"reloaded model scores {reloaded['accuracy']}, the run reported {results['eval_accuracy']}"
