@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import torch
 from huggingface_hub.errors import EntryNotFoundError
@@ -199,9 +200,49 @@ def load_model_for_finetuning(
             )
         interpolate_position_embeddings(state_dict, config, image_size)
     # With `state_dict`, transformers wants no name: the weights come from the dict, the shapes from `config`.
-    return ViTForImageClassification.from_pretrained(
-        None, config=config, state_dict=state_dict, attn_implementation=attn_implementation
+    # `from_pretrained` converts the keys (transformers 5 renamed ViT's modules); it raises on a shape that differs
+    # and only warns about missing keys, so these are checked here.
+    model, info = ViTForImageClassification.from_pretrained(
+        None, config=config, state_dict=state_dict, attn_implementation=attn_implementation, output_loading_info=True
     )
+    check_finetuning_load(name_or_path, info, new_head=not keep_head)
+    return model
+
+
+def _some(keys) -> str:
+    keys = sorted(keys)
+    return ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+
+def check_finetuning_load(name_or_path: str, info: dict, new_head: bool) -> None:
+    """Every tensor of the model came from the checkpoint, except a new head (label maps differ; logged). A tensor
+    the classification model has no place for stops the load too, except a `ViTModel`'s pooler (the pre-logits layer
+    that `ViTForImageClassification` does not have; logged): a left-over key means a conversion went wrong."""
+    missing = set(info["missing_keys"])
+    head = {key for key in missing if key.startswith(HEAD_PREFIXES)} if new_head else set()
+    unexpected = set(info["unexpected_keys"])
+    pooler = {key for key in unexpected if re.search(r"(^|\.)pooler\.", key)}
+    problems = [
+        f"{len(keys)} {what}: {_some(keys)}"
+        for what, keys in (
+            ("tensor(s) of the model missing", missing - head),
+            ("tensor(s) the model does not have", unexpected - pooler),
+        )
+        if keys
+    ]
+    if problems:
+        raise UserInputError(
+            f"--model_name_or_path {name_or_path!r} does not restore every tensor of the model: "
+            f"{'; '.join(problems)}. Fix: pass a ViT checkpoint (ViTModel or ViTForImageClassification, saved "
+            "with save_pretrained)."
+        )
+    if head:
+        logger.info(
+            f"{name_or_path} was trained on other classes: a new classification head ({_some(head)}) is initialised; "
+            "every other tensor comes from the checkpoint."
+        )
+    if pooler:
+        logger.info(f"{name_or_path}: its pooler ({_some(pooler)}) is left out (ViTForImageClassification has none).")
 
 
 def count_parameters(model: torch.nn.Module) -> int:

@@ -1,6 +1,6 @@
 """The EMA of the weights (`EMACallback`): ema <- d ema + (1 - d) w after every optimizer step (timm's ModelEma),
 kept in float32 beside the model; its state goes into each checkpoint folder (`save_state`) and is read back on
-resume.
+resume, through the same key conversion and strict check as the model's weights (`training.checkpoints`).
 """
 
 import contextlib
@@ -12,6 +12,7 @@ from safetensors.torch import load_file, save_file
 from transformers import TrainerCallback
 
 from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.training.checkpoints import converted_state_dict, state_dict_problems
 
 EMA_FILENAME = "ema.safetensors"
 
@@ -112,10 +113,15 @@ class EMACallback(TrainerCallback):
                 f"{path} holds the EMA of step {saved_step}, the checkpoint is at step "
                 f"{global_step}. Fix: resume from an intact checkpoint folder."
             )
-        loaded = load_file(path)
         params = dict(model.named_parameters())
-        if set(loaded) != set(params):
-            raise UserInputError(f"{path} does not match the model's parameters. Fix: resume with the same model.")
+        # Through the key conversion of every other load (a no-op for the parameter names we save), then strict.
+        loaded = converted_state_dict(model, load_file(path))
+        problem = state_dict_problems(params, loaded)
+        if problem:
+            raise UserInputError(
+                f"{path} does not restore the EMA of every parameter: {problem}. Fix: resume with the model that "
+                "saved it, or start a new run."
+            )
         self.shadow = {name: loaded[name].to(params[name].device, torch.float32) for name in params}
         self.global_step = global_step
 

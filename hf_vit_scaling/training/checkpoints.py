@@ -13,6 +13,14 @@ not its save finished. Here:
   universal checkpoint (`deepspeed.checkpoint.ds_to_universal`) stores each parameter's full fp32 value and optimizer
   moments, which any world size can load with `"checkpoint": {"load_universal": true}`. We convert once, on the main
   process, into `checkpoint-N/global_stepN_universal/`, and turn that key on.
+- `load_model_weights`: a checkpoint's model weights into a plain (not DeepSpeed, not FSDP) model, the one way every
+  load of ours goes (resume, `--load_best_model_at_end`; the EMA shadow uses its two steps, `converted_state_dict`
+  and `state_dict_problems`).
+  transformers 5 saves ViT weights in the original key format (`vit.encoder.layer.N.attention.attention.query`) and
+  only `from_pretrained` converts them to the modules' names (`vit.layers.N.attention.q_proj`);
+  `converted_state_dict` applies that same conversion (transformers' own tables and functions), and keys already in
+  the model's format stay as they are. The load is strict: any tensor the model has and the checkpoint lacks, or the
+  reverse, or a shape that differs, raises an error naming the keys and the checkpoint, before anything is copied.
 """
 
 import glob
@@ -217,3 +225,122 @@ def prepare_world_size_change(folder: str, training_args, world_size: int, is_ma
         f"{folder} was saved by {saved} process(es), this run has {world_size}: loading DeepSpeed's universal "
         "checkpoint (converted once, next to the original)"
     )
+
+
+# ---------------------------------------------------------------- a checkpoint's model weights, loaded strictly
+
+SHOWN_KEYS = 3  # an error names this many keys of each kind, then says how many more
+
+
+def model_weight_files(folder: str) -> list[str]:
+    """The files holding a checkpoint's model weights: model.safetensors, else pytorch_model.bin, each possibly
+    sharded (its .index.json lists the shards); [] when there are none."""
+    from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
+
+    for name in (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME):
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            continue
+        if name.endswith(".index.json"):
+            with open(path, encoding="utf-8") as f:
+                shards = sorted(set(json.load(f)["weight_map"].values()))
+            return [os.path.join(folder, shard) for shard in shards]
+        return [path]
+    return []
+
+
+def read_state_dict(files: list[str]) -> dict:
+    """Every tensor of `files` on the CPU (safetensors, or `weights_only` torch loading)."""
+    import torch
+    from safetensors.torch import load_file
+
+    state_dict = {}
+    for path in files:
+        if path.endswith(".safetensors"):
+            state_dict.update(load_file(path, device="cpu"))
+        else:
+            state_dict.update(torch.load(path, map_location="cpu", weights_only=True))
+    return state_dict
+
+
+def converted_state_dict(model, state_dict: dict) -> dict:
+    """`state_dict` under the names of `model`'s modules, through the conversion `from_pretrained` applies
+    (`transformers.core_model_loading.convert_and_load_state_dict_in_model`): the model's registered renamings and
+    converters (`conversion_mapping.get_model_conversion_mapping`), the base-model prefix added or dropped, and a key
+    already in the model's format kept as it is, so converting twice changes nothing. Only the keys change (and a
+    converter's tensors, e.g. a fused qkv split in three); nothing is loaded."""
+    from copy import deepcopy
+
+    from transformers import PreTrainedModel
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightConverter, WeightRenaming, dot_natural_key, rename_source_key
+
+    if not isinstance(model, PreTrainedModel):
+        return dict(state_dict)
+    expected = model.state_dict()
+    transforms = get_model_conversion_mapping(model)
+    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+    converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    by_pattern = {pattern: c for c in converters for pattern in c.source_patterns}
+    prefix = model.base_model_prefix
+    converted, pending = {}, {}
+    for key, tensor in sorted(state_dict.items(), key=lambda item: dot_natural_key(item[0])):  # a converter's order
+        new_key, pattern = rename_source_key(key, renamings, converters, prefix, expected)
+        if new_key not in expected and key in expected:  # already the model's name (as from_pretrained decides)
+            new_key, pattern = rename_source_key(key, [], [], base_model_prefix=prefix, meta_state_dict=expected)
+        if pattern is None or new_key not in expected:
+            converted[new_key] = tensor
+            continue
+        converter = pending.setdefault(new_key, deepcopy(by_pattern[pattern]))
+        converter.add_tensor(new_key, key, pattern, tensor)
+    for first_key, converter in pending.items():
+        for name, value in converter.convert(first_key, model=model, config=model.config).items():
+            converted[name] = value[0] if isinstance(value, list) else value
+    return converted
+
+
+def _some(keys) -> str:
+    keys = sorted(keys)
+    more = f" and {len(keys) - SHOWN_KEYS} more" if len(keys) > SHOWN_KEYS else ""
+    return ", ".join(keys[:SHOWN_KEYS]) + more
+
+
+def state_dict_problems(expected: dict, loaded: dict) -> str | None:
+    """None when `loaded` (converted) holds exactly the tensors of `expected` (name -> tensor) with their shapes, else
+    what differs, in one line: the first few keys of each kind."""
+    missing = set(expected) - set(loaded)
+    unexpected = set(loaded) - set(expected)
+    reshaped = {
+        f"{key} {tuple(loaded[key].shape)} (the model has {tuple(expected[key].shape)})"
+        for key in set(expected) & set(loaded)
+        if tuple(loaded[key].shape) != tuple(expected[key].shape)
+    }
+    problems = [
+        f"{len(found)} {what}: {_some(found)}"
+        for what, found in (
+            ("tensor(s) of the model missing", missing),
+            ("tensor(s) the model does not have", unexpected),
+            ("tensor(s) of another shape", reshaped),
+        )
+        if found
+    ]
+    return "; ".join(problems) or None
+
+
+def load_model_weights(model, folder: str, error_cls=UserInputError, what: str = "", fix: str = "") -> int:
+    """Load `folder`'s model weights into `model` (a plain module, not DeepSpeed or FSDP), converted as
+    `from_pretrained` converts them, every tensor or none: otherwise `error_cls`, one line: `what` (e.g. the flag),
+    `folder`, the keys, then `fix`. Returns the number of tensors loaded."""
+    import torch
+
+    where = f"{what} {folder}".strip()
+    files = model_weight_files(folder)
+    if not files:
+        raise error_cls(f"{where} holds no model weights (model.safetensors or pytorch_model.bin). {fix}".strip())
+    loaded = converted_state_dict(model, read_state_dict(files))
+    problem = state_dict_problems(model.state_dict(), loaded)
+    if problem:
+        raise error_cls(f"{where} does not restore every tensor of the model: {problem}. {fix}".strip())
+    with torch.no_grad():
+        model.load_state_dict(loaded, strict=True)
+    return len(loaded)

@@ -9,6 +9,9 @@
   every rank ("skip"), see `NonFiniteLossPolicy`;
 - checkpoints: each save is marked complete (`checkpoint_complete.json`) before old ones are rotated away; a save that
   fails raises `CheckpointSaveError` naming the newest complete checkpoint;
+- loads: resuming and `--load_best_model_at_end` under the plain Trainer and DDP restore every tensor of the model
+  through the key conversion of `from_pretrained` (`checkpoints.load_model_weights`), or stop with an error naming
+  the keys (the Trainer's own load skips the conversion and only warns); DeepSpeed and FSDP keep their own loaders;
 - `bad_samples`: images that could not be decoded and were left out of their batch (see `data.decoding`);
 - `trace_samples`: append each step's dataset indices to output_dir/sample_trace/rank{R}.jsonl.
 - a streamed training split (`data.streaming`): its own loader, and each checkpoint holds the data position of
@@ -26,11 +29,12 @@ import os
 
 import torch
 import torch.distributed as dist
-from transformers import Trainer
+from transformers import PreTrainedModel, Trainer
 from transformers.trainer_utils import rotate_checkpoints
+from transformers.utils import is_sagemaker_mp_enabled
 
 from hf_vit_scaling.data.streaming.loader import StreamingTrainData
-from hf_vit_scaling.errors import CheckpointSaveError, NonFiniteLossError
+from hf_vit_scaling.errors import CheckpointSaveError, NonFiniteLossError, TrainingStopped, UserInputError
 from hf_vit_scaling.evaluation.model_card import write_model_card
 from hf_vit_scaling.log import logger
 from hf_vit_scaling.parallel.deepspeed_config import zero_stage
@@ -38,7 +42,11 @@ from hf_vit_scaling.parallel.distributed import gather_object, is_multi_process
 from hf_vit_scaling.parallel.hetero import UnevenBatchSampler, loss_weight
 from hf_vit_scaling.parallel.sequence_parallel import shard_dataloader_by_data_parallel_rank
 from hf_vit_scaling.regularization.layer_decay import LayerDecayReport, layer_decay_optimizer_cls_and_kwargs
-from hf_vit_scaling.training.checkpoints import mark_checkpoint_complete, newest_complete_checkpoint
+from hf_vit_scaling.training.checkpoints import (
+    load_model_weights,
+    mark_checkpoint_complete,
+    newest_complete_checkpoint,
+)
 from hf_vit_scaling.training.faults import FaultInjector
 
 TRACE_DIRNAME = "sample_trace"
@@ -314,6 +322,46 @@ class VitTrainer(Trainer):
                 best_model_checkpoint=self.state.best_model_checkpoint,
                 use_mtime=True,
             )
+
+    # ------------------------------------------------------------------ loading a checkpoint's model weights
+
+    def _plain_model(self, model=None) -> PreTrainedModel | None:
+        """The model whose weights our strict load restores, or None where the Trainer's own loader runs (DeepSpeed
+        and FSDP load their own checkpoint formats, strictly; SageMaker MP and PEFT adapters are left to it)."""
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled or is_sagemaker_mp_enabled():
+            return None
+        model = self.accelerator.unwrap_model(self.model if model is None else model, keep_torch_compile=False)
+        return model if isinstance(model, PreTrainedModel) else None
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        """Resume (plain Trainer, DDP): every tensor of the model from the checkpoint, converted as `from_pretrained`
+        converts it, or `UserInputError` naming the keys and the checkpoint."""
+        plain = self._plain_model(model)
+        if plain is None:
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        fix = (
+            "Fix: resume with the model that saved it (the same --model_preset, --image_size and --config_overrides, "
+            "or --model_name_or_path), or start a new run without --resume_from_checkpoint."
+        )
+        count = load_model_weights(plain, resume_from_checkpoint, UserInputError, "--resume_from_checkpoint", fix)
+        logger.info(f"Restored all {count} tensors of the model from {resume_from_checkpoint}.")
+
+    def _load_best_model(self) -> None:
+        """`--load_best_model_at_end` (plain Trainer, DDP): every tensor of the best checkpoint, or `TrainingStopped`
+        naming the keys (the last step's model is then still in memory and nothing more is saved)."""
+        plain = self._plain_model()
+        if plain is None:
+            return super()._load_best_model()
+        best = self.state.best_model_checkpoint
+        score = f"{self.args.metric_for_best_model} {self.state.best_metric}"
+        what = f"--load_best_model_at_end: the best checkpoint ({score})"
+        fix = (
+            f"Training finished, but the final model was not saved; the checkpoints in {self.args.output_dir} are "
+            "kept. Fix: check that the checkpoint is intact (a multi-node run without a shared disk needs "
+            "--save_on_each_node), or load the checkpoint you want with from_pretrained."
+        )
+        count = load_model_weights(plain, best, TrainingStopped, what, fix)
+        logger.info(f"Loaded the best model, all {count} tensors, from {best} (score: {self.state.best_metric}).")
 
     # ------------------------------------------------------------------ end of training
 

@@ -1,0 +1,133 @@
+"""Every plain-Trainer load restores every tensor: the user's resume commands (plain Trainer, one process, and plain
+DDP over 2 processes) end with exactly the uninterrupted run's model and losses, `--load_best_model_at_end` ends
+with exactly the best checkpoint's model, and a checkpoint missing a tensor stops the resume with one `error:` line.
+
+transformers 5 saves ViT weights in the original key format (`vit.encoder.layer.N.attention.attention.query`) and
+converts them when loading with `from_pretrained`; the Trainer's own loads (resume, best model) did not, so every
+encoder layer restarted from random weights with only a warning (`VitTrainer` now converts and loads strictly).
+
+Schedule: constant learning rate, a checkpoint every 6 steps, 12 steps; the interrupted run stops at step 6.
+"""
+
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from hf_vit_scaling.training.checkpoints import mark_checkpoint_complete
+from tests.helpers.launchers import error_lines, read_json, run_recipe
+
+STEPS, SAVE_EVERY = 12, 6
+# The user's command (plain Trainer: no --ds_config), after TINY_ARGS (the later flag wins).
+COMMON = (
+    "--learning_rate 1e-3 --lr_scheduler_type constant --warmup_steps 0 --seed 7 --eval_strategy no "
+    f"--save_strategy steps --save_steps {SAVE_EVERY} --logging_steps 1 --max_eval_samples 32"
+).split()
+MISSING_KEYS_WARNING = "There were missing keys"
+
+
+def losses_by_step(output_dir) -> dict[int, float]:
+    state = read_json(output_dir / "trainer_state.json")
+    return {entry["step"]: entry["loss"] for entry in state["log_history"] if "loss" in entry}
+
+
+def assert_same_model(reference_file, got_file) -> None:
+    """Every tensor of `got_file` equals `reference_file`'s (atol 1e-6), and they hold the same keys."""
+    ref, got = load_file(reference_file), load_file(got_file)
+    assert sorted(got) == sorted(ref)
+    differing = [key for key in ref if not torch.allclose(got[key], ref[key], rtol=0, atol=1e-6)]
+    assert differing == [], f"{len(differing)}/{len(ref)} tensors differ, e.g. {differing[:3]}"
+
+
+def assert_same_run(reference, resumed) -> None:
+    """The resumed run ends with the uninterrupted run's model, and logs its losses at every step after the
+    resume point."""
+    assert_same_model(reference / "model.safetensors", resumed / "model.safetensors")
+    ref, got = losses_by_step(reference), losses_by_step(resumed)
+    after = list(range(SAVE_EVERY + 1, STEPS + 1))
+    assert [got.get(step) for step in after] == pytest.approx([ref[step] for step in after], rel=0, abs=1e-6)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("uninterrupted")
+    run_recipe(out, *COMMON, "--max_steps", str(STEPS))
+    return out
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_ddp(tmp_path_factory):
+    out = tmp_path_factory.mktemp("uninterrupted_ddp")
+    run_recipe(out, *COMMON, "--max_steps", str(STEPS), launcher="torchrun", nproc=2)
+    return out
+
+
+def test_plain_trainer_resume_restores_every_tensor(uninterrupted, tmp_path):
+    """The user's three commands: 12 steps; 6 steps; the same 12 steps resumed from checkpoint-6."""
+    out = tmp_path / "b"
+    run_recipe(out, *COMMON, "--max_steps", str(SAVE_EVERY))
+    saved = load_file(out / "checkpoint-6" / "model.safetensors")
+    assert any(".encoder.layer." in key for key in saved)  # transformers' original format, converted on load
+    resumed = run_recipe(out, *COMMON, "--max_steps", str(STEPS), "--resume_from_checkpoint", out / "checkpoint-6")
+    assert MISSING_KEYS_WARNING not in resumed.stderr + resumed.stdout
+    assert_same_run(uninterrupted, out)
+
+
+@pytest.mark.distributed
+def test_plain_ddp_resume_from_latest_restores_every_tensor(uninterrupted_ddp, tmp_path):
+    """2 processes under plain DDP (torchrun), `--resume_from_checkpoint latest`: the uninterrupted run's
+    checkpoint-6 is what a run stopped at step 6 saves (constant learning rate), so it is copied, not re-trained."""
+    out = tmp_path / "b"
+    out.mkdir()
+    shutil.copytree(uninterrupted_ddp / "checkpoint-6", out / "checkpoint-6")
+    resumed = run_recipe(
+        out, *COMMON, "--max_steps", str(STEPS), "--resume_from_checkpoint", "latest", launcher="torchrun", nproc=2
+    )
+    assert f"resuming from {out / 'checkpoint-6'}" in resumed.stdout
+    assert MISSING_KEYS_WARNING not in resumed.stderr + resumed.stdout
+    assert_same_run(uninterrupted_ddp, out)
+
+
+def test_a_checkpoint_missing_a_tensor_stops_the_resume_with_one_error_line(uninterrupted, tmp_path):
+    out = tmp_path / "b"
+    folder = out / "checkpoint-6"
+    shutil.copytree(uninterrupted / "checkpoint-6", folder)
+    tensors = load_file(folder / "model.safetensors")
+    dropped = "vit.encoder.layer.1.output.dense.weight"
+    del tensors[dropped]
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    mark_checkpoint_complete(str(folder), SAVE_EVERY, 1, None)  # a complete checkpoint, short of one tensor
+    proc = run_recipe(out, *COMMON, "--max_steps", str(STEPS), "--resume_from_checkpoint", folder, check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = error_lines(proc.stderr)
+    assert str(folder) in line and "vit.layers.1.mlp.fc2.weight" in line, line
+    assert not (out / "checkpoint-12").exists()
+
+
+def test_load_best_model_at_end_ends_with_the_best_checkpoints_model(tmp_path):
+    """Evaluation and a checkpoint every 3 steps; the best is the highest eval loss (`--greater_is_better true`),
+    so an early checkpoint, not the last step's model: the final model must be exactly its weights."""
+    out = tmp_path / "best"
+    every = "3"
+    run_recipe(
+        out,
+        *COMMON,
+        "--max_steps",
+        "9",
+        "--eval_strategy",
+        "steps",
+        "--eval_steps",
+        every,
+        "--save_steps",
+        every,
+        "--load_best_model_at_end",
+        "true",
+        "--metric_for_best_model",
+        "loss",
+        "--greater_is_better",
+        "true",
+    )
+    best = read_json(out / "trainer_state.json")["best_model_checkpoint"]
+    assert best is not None and not best.endswith("checkpoint-9"), best
+    assert_same_model(f"{best}/model.safetensors", out / "model.safetensors")
