@@ -1,6 +1,9 @@
-"""The model card (README.md) written beside the trained model."""
+"""The model card (README.md) written beside the trained model: results, training setup and, when the run wrote its
+throughput report (`throughput.json`), the training speed measured on this hardware."""
 
 import os
+
+from hf_vit_scaling.throughput.schema import REPORT_FILENAME, load_throughput_report
 
 CARD_TEMPLATE = """---
 library_name: transformers
@@ -29,7 +32,7 @@ hf-vit-scaling `recipes/train_vit.py` (Hugging Face Trainer{ds_desc}).
 | setting | value |
 |---|---|
 {setup_rows}
-
+{speed_section}
 ## Use
 
 ```python
@@ -52,7 +55,50 @@ def engine_desc(setup: dict, ds_config: str | None) -> str:
     return " + PyTorch FSDP2" if str(setup.get("engine", "")).startswith("FSDP2") else ""
 
 
-def render_model_card(info: dict) -> str:
+PEAK_SOURCES = {
+    "user": "given with --peak_tflops",
+    "table": "the device's dense peak for this precision (vendor table)",
+    "matmul-probe": "a large matmul timed on this device at the start of the run",
+    "none": "unknown",
+}
+
+
+def _gib(n_bytes) -> str:
+    return "n/a" if n_bytes is None else f"{n_bytes / 2**30:.2f} GiB"
+
+
+def speed_rows(report: dict) -> dict:
+    """The card's "Training speed" rows from a throughput report (`throughput.json`, schema in
+    `throughput.schema`): warm-up steps excluded, images/s of the slowest rank's measured time."""
+    setup, speed, flops, memory = report["setup"], report["throughput"], report["flops"], report["memory"]
+    mfu = flops["mfu"]
+    peak = flops["peak_tflops_per_device"]
+    peak_text = (
+        "n/a"
+        if peak is None
+        else f"{peak:.3g} TFLOP/s per device, {PEAK_SOURCES.get(flops['peak_source'], flops['peak_source'])}"
+    )
+    kind = "allocated" if memory["kind"] == "allocated_peak_bytes" else "resident (RSS)"
+    versions = ", ".join(f"{name} {version}" for name, version in setup["versions"].items() if version)
+    return {
+        "images/s (all devices)": f"{speed['images_per_s']:.1f}",
+        "images/s per device": f"{speed['images_per_s_per_device']:.1f}",
+        "MFU": "n/a" if mfu is None else f"{mfu:.1%}",
+        "MFU peak": peak_text,
+        "peak memory per device": f"{_gib(memory['max_bytes'])} {kind}",
+        "measured": f"{speed['steps_measured']} steps after {speed['warmup_steps']} warm-up steps",
+        "hardware": f"{setup['world_size']} x {', '.join(setup['devices'])} on {setup['num_nodes']} node(s)",
+        "versions": versions,
+    }
+
+
+def speed_section(report: dict | None) -> str:
+    if report is None:
+        return ""
+    return "\n## Training speed\n\n| measure | value |\n|---|---|\n" + _rows(speed_rows(report)) + "\n"
+
+
+def render_model_card(info: dict, throughput: dict | None = None) -> str:
     """Markdown card from the facts the recipe collected (keys: see `write_model_card`)."""
     metrics = {k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in info["metrics"].items()}
     dataset = info["dataset"]
@@ -70,12 +116,16 @@ def render_model_card(info: dict) -> str:
         eval_split_size=info["eval_split_size"],
         metrics_rows=_rows(metrics),
         setup_rows=_rows(info["setup"]),
+        speed_section=speed_section(throughput),
         load_path=info.get("hub_model_id") or info["model_name"],
     )
 
 
 def write_model_card(output_dir: str, info: dict) -> str:
+    """README.md in `output_dir`; with the speed table when the run's throughput report is there."""
+    report_path = os.path.join(output_dir, REPORT_FILENAME)
+    throughput = load_throughput_report(report_path) if os.path.isfile(report_path) else None
     path = os.path.join(output_dir, "README.md")
     with open(path, "w", encoding="utf-8") as f:
-        f.write(render_model_card(info))
+        f.write(render_model_card(info, throughput))
     return path

@@ -48,9 +48,10 @@ class Engine:
         return "no DeepSpeed"
 
     def describe(self) -> str:
-        """What the model card says trained the model."""
+        """What the model card's engine row says trained the model (its ds_config row names the file)."""
         if self.kind == "deepspeed":
-            return self.ds_config_path or self.label()
+            offload = ", ".join(f"{state} to {device}" for state, device in self.offload.items())
+            return f"DeepSpeed {self.label()}" + (f" (offload: {offload})" if offload else "")
         if self.kind == "fsdp":
             args = self.fsdp_plugin_args
             resharded = "resharded after forward" if args.get("reshard_after_forward", True) else "kept after forward"

@@ -146,6 +146,8 @@ def test_every_ds_config_trains_saves_and_reloads(ds_config_runs, ds_config):
     card = (out / "README.md").read_text(encoding="utf-8")
     assert ds_config.name in card
     assert "| world size | 2 |" in card
+    assert f"| engine | DeepSpeed ZeRO-{config_stage(ds_config)}" in card  # the engine, the file in the ds_config row
+    assert "## Training speed" in card and "| images/s per device |" in card  # from the run's throughput.json
     setup = throughput_setup(out)
     assert setup["world_size"] == 2
     assert setup["zero_stage"] == config_stage(ds_config)

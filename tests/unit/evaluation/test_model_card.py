@@ -87,3 +87,47 @@ def test_write_model_card_writes_readme(tmp_path):
     path = write_model_card(str(tmp_path), _info())
     assert path == str(tmp_path / "README.md")
     assert (tmp_path / "README.md").read_text(encoding="utf-8") == render_model_card(_info())
+
+
+def _throughput_report() -> dict:
+    """A throughput.json of 2 CPU processes (every key of the schema; the values the card shows are set)."""
+    from hf_vit_scaling.throughput.schema import REPORT_SCHEMA, SCHEMA_VERSION
+
+    report = {section: dict.fromkeys(keys) for section, keys in REPORT_SCHEMA.items()}
+    report["schema_version"] = SCHEMA_VERSION
+    versions = {"torch": "2.13.0+cpu", "transformers": "5.24.0", "deepspeed": "0.19.8"}
+    report["setup"] |= {"world_size": 2, "num_nodes": 1, "devices": ["cpu (x86_64, 1 threads)"], "versions": versions}
+    report["throughput"] |= {"images_per_s": 276.04, "images_per_s_per_device": 138.02, "steps_measured": 1435,
+                             "warmup_steps": 5}  # fmt: skip
+    report["flops"] |= {"mfu": 0.0625, "peak_tflops_per_device": 0.0703, "peak_source": "matmul-probe"}
+    report["memory"] |= {"kind": "rss_peak_bytes", "max_bytes": 792489984}
+    return report
+
+
+def test_card_carries_the_training_speed_and_parses_as_a_hub_card(tmp_path):
+    """With the run's throughput.json beside it, the card has a "Training speed" table; huggingface_hub reads the
+    card's metadata and text."""
+    import json
+
+    from huggingface_hub import ModelCard
+
+    (tmp_path / "throughput.json").write_text(json.dumps(_throughput_report()))
+    card = ModelCard.load(write_model_card(str(tmp_path), _info()))
+    assert card.data.library_name == "transformers" and card.data.pipeline_tag == "image-classification"
+    speed = card.text.split("## Training speed")[1].split("##")[0]
+    for row in (
+        "| images/s (all devices) | 276.0 |",
+        "| images/s per device | 138.0 |",
+        "| MFU | 6.2% |",
+        "| peak memory per device | 0.74 GiB resident (RSS) |",
+        "| measured | 1435 steps after 5 warm-up steps |",
+        "| hardware | 2 x cpu (x86_64, 1 threads) on 1 node(s) |",
+        "| versions | torch 2.13.0+cpu, transformers 5.24.0, deepspeed 0.19.8 |",
+    ):
+        assert row in speed, speed
+    assert "0.0703 TFLOP/s per device, a large matmul timed on this device" in speed
+
+
+def test_card_without_a_throughput_report_has_no_speed_section(tmp_path):
+    card = open(write_model_card(str(tmp_path), _info()), encoding="utf-8").read()
+    assert "## Training speed" not in card and "## Use" in card

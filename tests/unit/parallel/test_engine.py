@@ -46,3 +46,13 @@ def test_deepspeed_wins_only_when_given():
     args = SimpleNamespace(deepspeed="z.json", hf_deepspeed_config=SimpleNamespace(config=OFFLOAD_ZERO2),
                            fsdp_plugin_args=None)  # fmt: skip
     assert engine_of(args).kind == "deepspeed"
+
+
+def test_the_card_engine_row_names_the_engine_not_the_config_file():
+    """The card has a ds_config row with the file; its engine row says what ran (it held the same path before)."""
+    zero3 = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
+    args = SimpleNamespace(deepspeed="ds_configs/zero3_offload.json", hf_deepspeed_config=SimpleNamespace(config=zero3))
+    assert engine_of(args).describe() == "DeepSpeed ZeRO-3 (offload: optimizer to cpu)"
+    zero2 = {"zero_optimization": {"stage": 2}}
+    args = SimpleNamespace(deepspeed="ds_configs/zero2.json", hf_deepspeed_config=SimpleNamespace(config=zero2))
+    assert engine_of(args).describe() == "DeepSpeed ZeRO-2"
