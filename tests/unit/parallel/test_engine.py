@@ -51,7 +51,8 @@ def test_deepspeed_wins_only_when_given():
 def test_the_card_engine_row_names_the_engine_not_the_config_file():
     """The card has a ds_config row with the file; its engine row says what ran (it held the same path before)."""
     zero3 = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
-    args = SimpleNamespace(deepspeed="ds_configs/zero3_offload.json", hf_deepspeed_config=SimpleNamespace(config=zero3))
+    path = "ds_configs/zero3_offload.json"
+    args = SimpleNamespace(deepspeed=path, hf_deepspeed_config=SimpleNamespace(config=zero3))
     assert engine_of(args).describe() == "DeepSpeed ZeRO-3 (offload: optimizer to cpu)"
     zero2 = {"zero_optimization": {"stage": 2}}
     args = SimpleNamespace(deepspeed="ds_configs/zero2.json", hf_deepspeed_config=SimpleNamespace(config=zero2))
