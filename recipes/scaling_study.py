@@ -98,6 +98,18 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def _once(values: list, flag: str, text: str) -> list:
+    """`values` (parsed from `flag`'s `text`), refused when one repeats: each value is a cell, with its own run folder
+    and row. Two cells of one name would be one folder: node 0 skips the second as finished, the other nodes launch
+    it again and wait for a rendezvous that never comes."""
+    repeated = sorted({str(v) for v in values if values.count(v) > 1})
+    if repeated:
+        raise SystemExit(
+            f"error: {flag} {text} lists {', '.join(repeated)} more than once. Fix: list each value once."
+        )
+    return values
+
+
 def is_fsdp(name: str) -> bool:
     return name.startswith("fsdp")
 
@@ -113,12 +125,16 @@ def engine_flags(name: str) -> list[str]:
 
 def build_grid(a: StudyArguments) -> list[dict]:
     """One dict per run: processes, per-device batch, accumulation, ds_config, slow ranks, data fraction."""
-    configs = [c for c in a.ds_configs.split(",") if c]
+    configs = _once([c for c in a.ds_configs.split(",") if c], "--ds_configs", a.ds_configs)
     if a.study == "zero" and a.ds_configs == "zero0":
         configs = ["zero0", "zero1", "zero2", "zero2_offload", "zero3", "zero3_offload", "fsdp2", "fsdp2_offload"]
-    slow = [("" if s.strip() == "none" else s.strip()) for s in a.simulate_slow_ranks.split(";") if s.strip()] or [""]
+    slow = _once([s.strip() for s in a.simulate_slow_ranks.split(";") if s.strip()], "--simulate_slow_ranks",
+                 a.simulate_slow_ranks)  # fmt: skip
+    slow = [("" if s == "none" else s) for s in slow] or [""]
+    batch_sizes = _once(_ints(a.batch_sizes), "--batch_sizes", a.batch_sizes)
+    accumulation_steps = _once(_ints(a.accumulation_steps), "--accumulation_steps", a.accumulation_steps)
     grid = []
-    for n in _ints(a.processes):
+    for n in _once(_ints(a.processes), "--processes", a.processes):
         world = n * a.nnodes
         for ds in configs:
             if is_fsdp(ds) and world < 2:
@@ -134,9 +150,9 @@ def build_grid(a: StudyArguments) -> list[dict]:
                     fraction=None,
                 )
                 if a.study == "batch":
-                    grid += [dict(base, per_device_batch=b) for b in _ints(a.batch_sizes)]
+                    grid += [dict(base, per_device_batch=b) for b in batch_sizes]
                 elif a.study == "accumulation":
-                    grid += [dict(base, grad_accum=k) for k in _ints(a.accumulation_steps)]
+                    grid += [dict(base, grad_accum=k) for k in accumulation_steps]
                 elif a.study == "strong":
                     if a.global_batch_size % world:
                         raise SystemExit(
@@ -271,6 +287,18 @@ def failure_reason(proc: subprocess.CompletedProcess | None, timed_out: bool, ti
     return (errors[-1] if errors else f"exit code {proc.returncode}")[:300]
 
 
+def launch_log(node_rank: int) -> str:
+    """This node's launcher log in a cell's run folder. Every node runs every cell into the same folder (a shared
+    file system), so one name for all would keep only the last node's output: often not the node that failed."""
+    return f"launch.node{node_rank}.log"
+
+
+def launch_logs(cell_name: str, nnodes: int) -> str:
+    """Every node's log of a cell, relative to --output_dir; the brace form expands in bash (`tail runs/...`)."""
+    nodes = "0" if nnodes == 1 else f"{{0..{nnodes - 1}}}"
+    return f"runs/{cell_name}/launch.node{nodes}.log"
+
+
 def run_cell(a, cell, index, total, extra, n_train) -> dict:
     run_dir = os.path.join(a.output_dir, "runs", cell["name"])
     base = dict(
@@ -301,7 +329,7 @@ def run_cell(a, cell, index, total, extra, n_train) -> dict:
     except subprocess.TimeoutExpired:
         timed_out = True
     wall = time.time() - start
-    with open(os.path.join(run_dir, "launch.log"), "w") as f:
+    with open(os.path.join(run_dir, launch_log(a.node_rank)), "w") as f:
         f.write(shlex.join(str(c) for c in cmd) + "\n")
         if proc is not None:
             f.write(proc.stdout + "\n" + proc.stderr)
@@ -359,7 +387,8 @@ def write_report(a: StudyArguments, rows: list[dict], extra: list[str]) -> None:
     failed = [r for r in rows if r.get("status") != "ok"]
     text = [f"# {kind} study", "", definition, "", markdown_table(rows, STUDY_COLUMNS), ""]
     if failed:
-        text += ["Failed runs:", ""] + [f"- `{r['cell']}`: {r.get('reason')}" for r in failed] + [""]
+        text += ["Failed runs (each node's launcher output in its log):", ""]
+        text += [f"- `{r['cell']}`: {r.get('reason')} (`{launch_logs(r['cell'], a.nnodes)}`)" for r in failed] + [""]
     if plot:
         text += [f"![{kind}]({os.path.basename(plot)})", ""]
     text += [f"*{cap}*", ""]

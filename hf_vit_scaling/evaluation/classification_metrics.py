@@ -64,13 +64,16 @@ def balanced_accuracy(references, predictions, num_classes: int | None = None) -
 
 
 def macro_f1(references, predictions, num_classes: int | None = None) -> float:
-    """Unweighted mean over classes of F1 = 2 TP / (2 TP + FP + FN); a class with no true and no predicted images
-    scores 0, as scikit-learn's `f1_score(average="macro", zero_division=0)`."""
+    """Unweighted mean of F1 = 2 TP / (2 TP + FP + FN) over the classes present in `references` or in `predictions`
+    (a class only predicted scores 0 and counts), as scikit-learn's `f1_score(average="macro")` with the labels
+    present in either (its default). A class neither true nor predicted is left out, whatever `num_classes` (which
+    only sizes the confusion matrix): it is absent from the evaluated set, not misclassified, and counting it as 0
+    would pull the score down by the share of classes a small or partial evaluation set happens to lack."""
     cm = confusion_matrix(references, predictions, num_classes)
     tp = np.diag(cm).astype(np.float64)
-    denominator = cm.sum(axis=0) + cm.sum(axis=1)  # (TP + FP) + (TP + FN)
-    f1 = np.divide(2 * tp, denominator, out=np.zeros_like(tp), where=denominator > 0)
-    return float(f1.mean())
+    denominator = cm.sum(axis=0) + cm.sum(axis=1)  # (TP + FP) + (TP + FN): 0 exactly for an absent class
+    present = denominator > 0
+    return float((2 * tp[present] / denominator[present]).mean()) if present.any() else 0.0
 
 
 def binary_counts(references, scores, threshold: float, pos_label: int = 1) -> dict[str, int]:

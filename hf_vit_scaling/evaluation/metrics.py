@@ -41,7 +41,8 @@ class ModuleComputeMetrics:
 
     - `accuracy`: top-1, the accuracy of the argmax predictions (`accuracy` module);
     - `top5_accuracy`, with more than 5 classes (`top_k_accuracy` module; ties ranked by class index, as argmax);
-    - `macro_f1`: the unweighted mean of per-class F1 over all `num_labels` classes (`macro_f1` module).
+    - `macro_f1`: the unweighted mean of per-class F1 over the classes present in the labels or the predictions
+      (`macro_f1` module; a class neither true nor predicted in the evaluated set is left out, not scored 0).
 
     The Trainer's metrics must be numbers, and one per class would swamp its logs and the model card (1,000 for
     ImageNet, at every evaluation). So the confusion matrix and the per-class accuracy (`confusion_matrix` and

@@ -5,6 +5,13 @@ def _fmt(value, spec: str = ".3g", unit: str = "") -> str:
     return "n/a" if value is None else f"{value:{spec}}{unit}"
 
 
+def _sync_and_optimizer(step: dict) -> str:
+    """The estimate, or why there is none (`summary.est_sync_and_optimizer` leaves it null rather than negative)."""
+    if step["est_sync_and_optimizer_mean"] is None and step["compute_mean"] is not None:
+        return "n/a (compute < input + 3 x forward)"
+    return _fmt(step["est_sync_and_optimizer_mean"], ".4f", " s")
+
+
 def format_report(report: dict) -> str:
     """A readable table of the report, printed once by the main process."""
     s, t, st, fl, mem, rk = (report[k] for k in ("setup", "throughput", "step_time_s", "flops", "memory", "ranks"))
@@ -34,7 +41,7 @@ def format_report(report: dict) -> str:
         f"({t['images_measured']} images over {t['steps_measured']} steps, first {t['warmup_steps']} excluded)",
         f"step time    mean {_fmt(st['mean'], '.4f', ' s')}, median {_fmt(st['median'], '.4f', ' s')}, "
         f"p90 {_fmt(st['p90'], '.4f', ' s')}; compute {_fmt(st['compute_mean'], '.4f', ' s')} (of which est. "
-        f"sync + optimizer {_fmt(st['est_sync_and_optimizer_mean'], '.4f', ' s')}), data wait "
+        f"sync + optimizer {_sync_and_optimizer(st)}), data wait "
         f"{_fmt(st['data_wait_mean'], '.4f', ' s')}",
         f"FLOPs        {fl['forward_macs_per_image'] / 1e9:.3f} GMACs forward/image, "
         f"{fl['train_flops_per_image'] / 1e9:.3f} GFLOP train/image; achieved "

@@ -47,7 +47,8 @@ REPORT_SCHEMA: dict[str, dict[str, str]] = {
         "compute_mean": "on_step_begin -> on_step_end: forward, backward, optimizer",
         "data_wait_mean": "previous on_step_end -> on_step_begin (eval/save intervals excluded)",
         "data_wait_fraction": "data_wait_mean / mean",
-        "est_sync_and_optimizer_mean": "compute - 3 x forward: gradient communication, optimizer, ZeRO gathers",
+        "est_sync_and_optimizer_mean": "compute - input hooks - 3 x forward: gradient communication, optimizer, "
+        "ZeRO gathers; null when negative (backward cheaper than 2 x forward)",
     },
     "flops": {
         "forward_macs_per_image": "analytic ViT forward multiply-accumulates per image",
@@ -64,8 +65,8 @@ REPORT_SCHEMA: dict[str, dict[str, str]] = {
         "max_bytes": "largest per-rank peak of that kind",
     },
     "ranks": {
-        "per_rank": "[{rank, hostname, device, images, step_compute_mean_s, forward_mean_s, data_wait_mean_s, "
-        "est_own_work_mean_s, est_sync_wait_s, est_sync_wait_fraction}]",
+        "per_rank": "[{rank, hostname, device, images, step_compute_mean_s, forward_mean_s, input_hooks_mean_s, "
+        "data_wait_mean_s, est_own_work_mean_s, est_sync_wait_s, est_sync_wait_fraction}]",
         "fastest_rank": "rank with the least own work per step",
         "slowest_rank": "rank with the most own work per step",
         "spread": "slowest / fastest own work",

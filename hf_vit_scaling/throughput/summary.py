@@ -8,7 +8,7 @@ forward_macs_per_image, train_flops_per_image, versions, simulated_slow_ranks, r
 warmup_steps, peak_tflops, peak_source, memory_kind.
 
 Per-rank figures (one dict per rank, in rank order): steps, images, measured_time, compute_mean, data_wait_mean,
-forward_mean, step_time_mean, step_time_median, step_time_p90, own_work (per measured step), memory
+forward_mean, input_mean, step_time_mean, step_time_median, step_time_p90, own_work (per measured step), memory
 ({allocated_peak_bytes, reserved_peak_bytes, rss_peak_bytes}), device, hostname, node.
 """
 
@@ -42,7 +42,8 @@ def _rank_rows(per_rank: list[dict]) -> tuple[list[dict], list[float], list[floa
         {
             "rank": rank, "hostname": r["hostname"], "device": r["device"], "images": r["images"],
             "step_compute_mean_s": r["compute_mean"], "forward_mean_s": r["forward_mean"],
-            "data_wait_mean_s": r["data_wait_mean"], "est_own_work_mean_s": own, "est_sync_wait_s": wait,
+            "input_hooks_mean_s": r["input_mean"], "data_wait_mean_s": r["data_wait_mean"],
+            "est_own_work_mean_s": own, "est_sync_wait_s": wait,
             "est_sync_wait_fraction": wait / r["measured_time"] if r["measured_time"] > 0 else None,
         }
         for rank, (r, wait, own) in enumerate(zip(per_rank, waits, own_means))
@@ -68,6 +69,18 @@ def _memory_section(per_rank: list[dict], kind: str) -> dict:
     return {"per_rank": rows, "kind": kind, "max_bytes": max((m[kind] or 0) for m in rows)}
 
 
+def est_sync_and_optimizer(compute: float | None, input_hooks: float | None, forward: float | None) -> float | None:
+    """compute - input hooks - 3 x forward: gradient communication (incl. waiting), optimizer step, ZeRO gathers.
+
+    None when there is nothing measured, or when the difference is negative: backward ~ 2x forward is an estimate,
+    and where backward is cheaper (tiny models, CPU) the remainder is not measurable, not a negative time.
+    """
+    if compute is None or forward is None:
+        return None
+    remainder = compute - (input_hooks or 0.0) - 3.0 * forward
+    return remainder if remainder >= 0.0 else None
+
+
 def _step_time_section(main: dict) -> dict:
     mean, wait, compute = main["step_time_mean"], main["data_wait_mean"], main["compute_mean"]
     return {
@@ -77,8 +90,7 @@ def _step_time_section(main: dict) -> dict:
         "compute_mean": compute,
         "data_wait_mean": wait,
         "data_wait_fraction": wait / mean if wait is not None and mean else None,
-        # compute - 3 x forward: gradient communication (incl. waiting), optimizer step, ZeRO gathers.
-        "est_sync_and_optimizer_mean": compute - 3.0 * main["forward_mean"] if compute is not None else None,
+        "est_sync_and_optimizer_mean": est_sync_and_optimizer(compute, main["input_mean"], main["forward_mean"]),
     }
 
 

@@ -4,7 +4,10 @@ What is timed (per rank, wall clock, accelerator synchronised at each boundary):
 - step compute: `on_step_begin` -> `on_step_end` of one optimizer step (all micro-batches, backward, optimizer);
 - data wait: previous `on_step_end` -> `on_step_begin` (the Trainer fetches the step's batches there); intervals
   that contain an evaluation or a checkpoint save are excluded;
-- forward: the model's forward pass (pre/post hooks), used to estimate each rank's own work at the gradient sync.
+- input hooks: from the forward's first model-level pre-hook to its last (device preprocessing, batch augmentation:
+  work on the input that has no backward);
+- forward: the model's own forward, from the last model-level pre-hook to the last post-hook; its backward costs
+  ~2x as much, so data wait + input hooks + 3 x forward estimates each rank's own work at the gradient sync.
 Images are counted as they enter the model's forward in training mode, on every rank, so uneven or short last
 batches are counted as they are. The first `warmup_steps` optimizer steps are excluded from every figure.
 
@@ -109,19 +112,24 @@ class ThroughputCallback(TrainerCallback):
         self.step_ends: list[float] = []  # time of each on_step_end
         self.compute: list[float] = []  # on_step_begin -> on_step_end
         self.data_wait: list[float] = []  # previous on_step_end -> on_step_begin (nan when excluded)
-        self.forward: list[float] = []  # forward seconds within each step
+        self.forward: list[float] = []  # model forward seconds within each step (input hooks excluded)
+        self.inputs: list[float] = []  # seconds in the input pre-hooks within each step
         self.images: list[int] = []  # images that entered forward within each step
         self.excluded_before: list[bool] = []  # an eval/save happened before this step began
         self._step_begin = self._last_end = None
         self._paused = False
-        self._fwd_start = self._fwd_time = 0.0
+        self._fwd_start = self._fwd_time = self._input_time = 0.0
         self._step_images = 0
 
     # ------------------------------------------------------------------ hooks on the model
 
     def attach(self, model: torch.nn.Module) -> None:
-        """Count training images and time the forward. The pre-hook is prepended, so it runs before every other
-        model hook (see `model_hooks`): device-side preprocessing and a simulated slow rank are inside the window."""
+        """Count training images and time the input hooks and the forward. The first pre-hook is prepended, so it
+        runs before every other model hook (see `model_hooks`); the second is appended when training begins, after
+        the recipe's hooks are attached, so it runs after all of them. Between the two: device-side preprocessing
+        and batch augmentation, which have no backward: counted as forward, 3 x forward would exceed the step (a
+        negative sync + optimizer estimate). After the second: the model's forward and a simulated slow rank's
+        sleep (whose backward sleeps 2x as long)."""
 
         def pre_hook(module, args, kwargs):
             if module.training:
@@ -131,6 +139,13 @@ class ThroughputCallback(TrainerCallback):
                 _sync(self.device_type)
                 self._fwd_start = time.perf_counter()
 
+        def inputs_ready_hook(module, args, kwargs):
+            if module.training:
+                _sync(self.device_type)
+                now = time.perf_counter()
+                self._input_time += now - self._fwd_start
+                self._fwd_start = now
+
         def post_hook(module, args, kwargs, output):
             if module.training:
                 _sync(self.device_type)
@@ -139,6 +154,7 @@ class ThroughputCallback(TrainerCallback):
 
         self._hooks = [
             model.register_forward_pre_hook(pre_hook, with_kwargs=True, prepend=True),
+            model.register_forward_pre_hook(inputs_ready_hook, with_kwargs=True),
             model.register_forward_hook(post_hook, with_kwargs=True),
         ]
 
@@ -163,7 +179,7 @@ class ThroughputCallback(TrainerCallback):
         self.data_wait.append(float("nan") if excluded else now - self._last_end)
         self.excluded_before.append(excluded)
         self._step_begin, self._paused = now, False
-        self._fwd_time, self._step_images = 0.0, 0
+        self._fwd_time, self._input_time, self._step_images = 0.0, 0.0, 0
 
     def on_step_end(self, args, state, control, **kwargs):
         if self._step_begin is None:
@@ -172,6 +188,7 @@ class ThroughputCallback(TrainerCallback):
         now = time.perf_counter()
         self.compute.append(now - self._step_begin)
         self.forward.append(self._fwd_time)
+        self.inputs.append(self._input_time)
         self.images.append(self._step_images)
         self.step_ends.append(now)
         self._last_end = now
@@ -240,11 +257,13 @@ class ThroughputCallback(TrainerCallback):
             "compute_mean": _mean([self.compute[i] for i in idx]),
             "data_wait_mean": _mean([self.data_wait[i] for i in idx if not self.excluded_before[i]]),
             "forward_mean": _mean([self.forward[i] for i in idx]),
-            # Own work before the gradient sync: data wait + forward + backward, backward ~ 2x forward
-            # (Kaplan et al. 2020, sec. 2.1: training ~ 3x forward FLOPs).
-            "own_work": [(0.0 if self.excluded_before[i] else self.data_wait[i]) + 3.0 * self.forward[i] for i in idx][
-                -MAX_STEPS_GATHERED:
-            ],
+            "input_mean": _mean([self.inputs[i] for i in idx]),
+            # Own work before the gradient sync: data wait + input hooks + forward + backward, backward ~ 2x forward
+            # (Kaplan et al. 2020, sec. 2.1: training ~ 3x forward FLOPs); the input hooks have no backward.
+            "own_work": [
+                (0.0 if self.excluded_before[i] else self.data_wait[i]) + self.inputs[i] + 3.0 * self.forward[i]
+                for i in idx
+            ][-MAX_STEPS_GATHERED:],
             "memory": _memory(self.device_type, self.device),
             "device": _device_name(self.device),
             "hostname": platform.node(),

@@ -4,28 +4,29 @@ A training forward of `ViTForImageClassification(pixel_values=...)` runs these h
 
 | # | module          | hook                     | what it does                                                    |
 |---|-----------------|--------------------------|-----------------------------------------------------------------|
-| 1 | model, pre      | ThroughputCallback       | counts the batch's images, starts the forward clock (prepended) |
+| 1 | model, pre      | ThroughputCallback       | counts the batch's images, starts the input clock (prepended)   |
 | 2 | model, pre      | EvalCenterCrop           | evaluation: timm's resize + centre crop of the uint8 batch      |
 | 3 | model, pre      | DevicePreprocessor       | uint8 -> float at the model's size, augmentation, normalisation |
 | 4 | model, pre      | BatchAugmenter           | training: RandAugment, erasing, Mixup/CutMix on 3's float batch |
 | 5 | model, pre      | SlowRankSimulator        | starts its clock (a SIMULATION for straggler studies)           |
-| 6 | embeddings      | ViTSequenceParallel      | pre: the group's pixels from its first rank; post: keep 1/N     |
-| 7 | embeddings      | FaultInjector (tests)    | post, one step only: a NaN in the embeddings' output            |
-| 8 | attention, mlp  | DropPath                 | post, training: each block's branches dropped per image         |
-| 9 | final norm      | ViTSequenceParallel      | pre: all-gather the sequence before the final LayerNorm         |
-|10 | classifier      | ViTSequenceParallel      | post: scale the logits' gradient (the loss's) for ZeRO's mean   |
-|11 | model, post     | SlowRankSimulator        | sleeps (factor - 1) x the forward, 2x that in the backward      |
-|12 | model, post     | ThroughputCallback       | stops the forward clock (so 2-11 count as forward time)         |
+| 6 | model, pre      | ThroughputCallback       | input clock stopped (2-5 are input time), forward clock started |
+| 7 | embeddings      | ViTSequenceParallel      | pre: the group's pixels from its first rank; post: keep 1/N     |
+| 8 | embeddings      | FaultInjector (tests)    | post, one step only: a NaN in the embeddings' output            |
+| 9 | attention, mlp  | DropPath                 | post, training: each block's branches dropped per image         |
+|10 | final norm      | ViTSequenceParallel      | pre: all-gather the sequence before the final LayerNorm         |
+|11 | classifier      | ViTSequenceParallel      | post: scale the logits' gradient (the loss's) for ZeRO's mean   |
+|12 | model, post     | SlowRankSimulator        | sleeps (factor - 1) x the forward, 2x that in the backward      |
+|13 | model, post     | ThroughputCallback       | stops the forward clock (so 7-12 count as forward time)         |
 
 Why this order: the throughput clock must see the batch as it arrives and include everything after it; device
 preprocessing must turn uint8 into float before anything reads pixel values, and the batch augmentations work on
 its float output (the eval crop works on the uint8 batch, so it is prepended before it); sequence parallelism must
 see the final pixels (augmented per rank, so they are broadcast in the group). Hooks on one module run in
-registration order, so `attach_model_hooks` registers 3-6 and 8 in that order (2 is prepended); 1 and 12 come
-from `ThroughputCallback.attach` at train begin (prepended pre-hook, last post-hook); 7 is armed by the trainer for
-one step. Evaluation runs hooks 2 and 3 (3 without augmentation); the others do nothing outside training. None of
-them changes the saved model. The augmenter records each training batch's Mixup/CutMix so that its loss (the
-Trainer's `compute_loss_func`) can build the matching soft targets.
+registration order, so `attach_model_hooks` registers 3-5, 7 and 9 in that order (2 is prepended); 1, 6 and 13
+come from `ThroughputCallback.attach` at train begin (prepended pre-hook, last pre-hook, last post-hook); 8 is armed
+by the trainer for one step. Evaluation runs hooks 2 and 3 (3 without augmentation); the others do nothing outside
+training. None of them changes the saved model. The augmenter records each training batch's Mixup/CutMix so that
+its loss (the Trainer's `compute_loss_func`) can build the matching soft targets.
 """
 
 import torch
@@ -46,9 +47,9 @@ def attach_model_hooks(
     if preprocessor is not None:
         preprocessor.attach(model)
     if augmenter is not None:
-        augmenter.attach(model)  # 3: after 2, on its float pixels; training only
+        augmenter.attach(model)  # 4: after 3, on its float pixels; training only
     if eval_crop is not None:
-        eval_crop.attach(model)  # prepended: before 2; evaluation only
+        eval_crop.attach(model)  # 2, prepended: before 3; evaluation only
     if drop_path_rate > 0:
         DropPath(model, drop_path_rate)  # post-hooks on each block's attention and mlp; training only
     if slow_rank is not None:

@@ -230,9 +230,24 @@ def model_card_facts(args, world: World, data, model, model_desc: str) -> dict:
     }
 
 
+def distinct_bad_samples(notes: list[dict]) -> list[dict]:
+    """One entry per bad image (split + name: its path, or its row when it has none), in the order first met, with
+    `times_skipped`. The trainer notes an image each time a batch leaves it out: a bad validation file at every
+    evaluation, a bad training file every epoch, and on each rank that met it; it is still one bad file."""
+    seen: dict[tuple, dict] = {}
+    for note in notes:
+        key = (note["split"], note["sample"])
+        if key in seen:
+            seen[key]["times_skipped"] += 1
+        else:
+            seen[key] = {**note, "times_skipped": 1}
+    return list(seen.values())
+
+
 def report_skips(trainer) -> dict:
-    """Gather every rank's skipped images (a collective) and write skipped_images.json and the counts."""
-    bad = trainer.gather_bad_samples()
+    """Gather every rank's skipped images (a collective) and write skipped_images.json and the counts (each bad image
+    once, however often it was met)."""
+    bad = distinct_bad_samples(trainer.gather_bad_samples())
     counts = {
         "train_skipped_images": sum(b["split"] == "train" for b in bad),
         "eval_skipped_images": sum(b["split"] == "eval" for b in bad),

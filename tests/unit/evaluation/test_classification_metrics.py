@@ -40,3 +40,23 @@ def test_top_k_ranks_tied_scores_by_class_index_as_argmax():
     # A collapsed model (every class scored alike) is credited only for the classes argmax would pick.
     flat, labels = np.zeros((10, 10)), np.arange(10)
     assert cm.top_k_accuracy(labels, flat, 1) == 0.1 and cm.top_k_accuracy(labels, flat, 5) == 0.5
+
+
+def test_macro_f1_averages_the_classes_present_as_scikit_learn():
+    from sklearn.metrics import f1_score
+
+    # 10 classes known, 3 in the evaluated set: class 4 only true, class 7 true and predicted, class 9 only predicted
+    # (its F1 is 0 and counts). Classes never true nor predicted are not scored: absent, not wrong.
+    references, predictions = [4, 4, 7, 7, 7, 4], [4, 7, 7, 7, 9, 4]
+    present = np.union1d(references, predictions)
+    expected = f1_score(references, predictions, labels=present, average="macro")
+    assert expected == pytest.approx((4 / 5 + 4 / 6 + 0.0) / 3)  # 2TP / (2TP + FP + FN) per class
+    assert cm.macro_f1(references, predictions) == pytest.approx(expected, abs=1e-12)
+    assert cm.macro_f1(references, predictions, num_classes=10) == pytest.approx(expected, abs=1e-12)
+    module = load_metric("macro_f1").compute(references=references, predictions=predictions, num_classes=10)
+    assert module["macro_f1"] == pytest.approx(expected, abs=1e-12)
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        y, p = rng.integers(0, 12, 40), rng.integers(2, 9, 40)
+        reference = f1_score(y, p, labels=np.union1d(y, p), average="macro")
+        assert cm.macro_f1(y, p, num_classes=15) == pytest.approx(reference, abs=1e-12)

@@ -54,7 +54,8 @@ def numpy_reference(logits, labels, num_labels):
     for c in range(num_labels):
         tp = np.sum((predicted == c) & (labels == c))
         fp, fn = np.sum((predicted == c) & (labels != c)), np.sum((predicted != c) & (labels == c))
-        f1.append(0.0 if tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn))
+        if tp + fp + fn:  # a class neither true nor predicted is not scored
+            f1.append(2 * tp / (2 * tp + fp + fn))
     support = np.bincount(labels, minlength=num_labels)
     with np.errstate(invalid="ignore", divide="ignore"):
         per_class = np.diag(matrix) / support
@@ -72,8 +73,8 @@ def numpy_reference(logits, labels, num_labels):
 def test_module_compute_metrics_equals_todays_names_and_values(monkeypatch, num_labels):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # before any module is loaded: they load from the package's files
     rng = np.random.default_rng(7)
-    # Integer logits 0..3: most rows tie at their top, many tie at the 5th place; the last class never appears
-    # (its per-class accuracy has no images, its F1 counts 0).
+    # Integer logits 0..3: most rows tie at their top, many tie at the 5th place; the last class is never true
+    # (its per-class accuracy has no images; it is predicted, so its F1 counts, as 0).
     logits = rng.integers(0, 4, size=(300, num_labels)).astype(np.float32)
     labels = rng.integers(0, num_labels - 1, 300)
     pred = EvalPrediction(logits, labels)

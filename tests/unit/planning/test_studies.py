@@ -2,6 +2,7 @@
 their baseline, and the study grid (recipes/scaling_study.py). Studies that run are in
 tests/launched/test_studies_launched.py."""
 
+import re
 import sys
 
 import pytest
@@ -125,3 +126,44 @@ def test_zero_study_compares_every_zero_config_with_fsdp2_on_two_or_more_process
     assert "--fsdp" in fsdp and fsdp[fsdp.index("--fsdp_config") + 1] == str(REPO / "fsdp_configs/fsdp2_offload.json")
     assert "--ds_config" not in fsdp and "--fsdp" not in commands["zero3"]
     assert (REPO / "fsdp_configs/fsdp2_offload.json").is_file()
+
+
+def test_every_node_keeps_its_own_launch_log_in_the_shared_run_folder(tmp_path, monkeypatch):
+    # Two nodes run the same cell into one run folder (a shared file system). Each node's launcher output must
+    # survive: node 1's error is exactly what node 0's log lacks when node 1 is the one that failed.
+    sys.path.insert(0, str(REPO / "recipes"))
+    import scaling_study
+
+    def launch(a, cell, index, run_dir, extra, n_train):  # stands in for torchrun: prints, then fails on node 1
+        code = f"import sys; print('node {a.node_rank} says hello'); sys.exit({a.node_rank})"
+        return [sys.executable, "-c", code]
+
+    monkeypatch.setattr(scaling_study, "cell_command", launch)
+    for node in (1, 0):  # node 0 finishes last, as it would after waiting for the failed rendezvous
+        args = scaling_study.StudyArguments(study="strong", output_dir=str(tmp_path), processes="1", nnodes=2,
+                                            node_rank=node, global_batch_size=4)  # fmt: skip
+        cell = scaling_study.build_grid(args)[0]
+        row = scaling_study.run_cell(args, cell, 0, 1, [], 0)
+    run_dir = tmp_path / "runs" / cell["name"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["launch.node0.log", "launch.node1.log"]
+    for node in (0, 1):
+        assert f"node {node} says hello" in (run_dir / f"launch.node{node}.log").read_text()
+    scaling_study.write_report(args, [row], [])  # node 0's report points at every node's log of a failed cell
+    assert f"runs/{cell['name']}/launch.node{{0..1}}.log" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("processes", "1,2,4,4"), ("batch_sizes", "16,32,16"), ("ds_configs", "zero0,none,zero0"),
+     ("simulate_slow_ranks", "none;1:2.0;none")],
+)  # fmt: skip
+def test_a_value_listed_twice_is_refused_not_run_twice(option, value):
+    # Two cells of one name share a run folder and a results row: the second would be "finished earlier" on node 0
+    # and launched again on every other node, which then waits for a rendezvous that never comes.
+    sys.path.insert(0, str(REPO / "recipes"))
+    from scaling_study import StudyArguments, build_grid
+
+    args = StudyArguments(study="batch", output_dir="/tmp/unused", **{option: value})
+    message = rf"^error: --{option} {re.escape(value)} lists \S+ more than once\. Fix: list each value once\.$"
+    with pytest.raises(SystemExit, match=message):
+        build_grid(args)

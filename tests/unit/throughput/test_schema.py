@@ -11,7 +11,7 @@ from hf_vit_scaling.throughput.summary import summarize
 def _rank_figures(images, measured_time, own_work, node="host#0"):
     return {
         "steps": len(own_work), "images": images, "measured_time": measured_time, "compute_mean": 0.5,
-        "data_wait_mean": 0.1, "forward_mean": 0.1, "step_time_mean": 0.6, "step_time_median": 0.6,
+        "data_wait_mean": 0.1, "forward_mean": 0.1, "input_mean": 0.0, "step_time_mean": 0.6, "step_time_median": 0.6,
         "step_time_p90": 0.7, "own_work": own_work, "device": "cpu", "hostname": node.split("#")[0], "node": node,
         "memory": {"allocated_peak_bytes": None, "reserved_peak_bytes": None, "rss_peak_bytes": 100 * 2**20},
     }  # fmt: skip

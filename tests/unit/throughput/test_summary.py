@@ -2,6 +2,7 @@
 
 import pytest
 
+from hf_vit_scaling.throughput.report import format_report
 from hf_vit_scaling.throughput.schema import REPORT_SCHEMA
 from hf_vit_scaling.throughput.summary import estimate_sync_wait, summarize
 
@@ -15,7 +16,7 @@ def test_sync_wait_against_hand_computed_values():
 def _rank_figures(images, measured_time, own_work, node="host#0"):
     return {
         "steps": len(own_work), "images": images, "measured_time": measured_time, "compute_mean": 0.5,
-        "data_wait_mean": 0.1, "forward_mean": 0.1, "step_time_mean": 0.6, "step_time_median": 0.6,
+        "data_wait_mean": 0.1, "forward_mean": 0.1, "input_mean": 0.0, "step_time_mean": 0.6, "step_time_median": 0.6,
         "step_time_p90": 0.7, "own_work": own_work, "device": "cpu", "hostname": node.split("#")[0], "node": node,
         "memory": {"allocated_peak_bytes": None, "reserved_peak_bytes": None, "rss_peak_bytes": 100 * 2**20},
     }  # fmt: skip
@@ -45,3 +46,15 @@ def test_summarize_is_pure_arithmetic_over_the_ranks():
     assert sp["setup"]["tokens_per_rank"] == 33
     for section, keys in REPORT_SCHEMA.items():
         assert sorted(report[section]) == sorted(keys), section
+
+
+def test_sync_and_optimizer_estimate_is_never_negative():
+    # Backward cheaper than 2x forward (tiny models, CPU) puts input + 3 x forward above compute: no estimate, and
+    # the table says why instead of printing a negative time.
+    figures = {**_rank_figures(64, 3.0, [1.0]), "compute_mean": 0.05, "forward_mean": 0.02, "input_mean": 0.01}
+    report = summarize([figures], SETUP)
+    assert report["step_time_s"]["est_sync_and_optimizer_mean"] is None
+    table = format_report(report)
+    assert "sync + optimizer n/a (compute < input + 3 x forward)" in table and "-0." not in table
+    fits = summarize([{**figures, "compute_mean": 0.08}], SETUP)["step_time_s"]["est_sync_and_optimizer_mean"]
+    assert fits == pytest.approx(0.08 - 0.01 - 3 * 0.02)

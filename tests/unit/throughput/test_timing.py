@@ -4,6 +4,7 @@ import pytest
 import torch
 from transformers import TrainerControl, TrainerState, TrainingArguments, ViTForImageClassification
 
+from hf_vit_scaling.data.device_transforms import DevicePreprocessor
 from hf_vit_scaling.throughput import timing
 from hf_vit_scaling.throughput.report import format_report
 from hf_vit_scaling.throughput.schema import REPORT_SCHEMA, load_throughput_report, schema_markdown
@@ -34,7 +35,7 @@ STEP_COMPUTE_S = 0.01  # what every step's forward, backward and optimizer "take
 class _Driver:
     """Drives the callback through Trainer events in one process, with a real tiny model and a fake clock."""
 
-    def __init__(self, tmp_path, warmup_steps, clock):
+    def __init__(self, tmp_path, warmup_steps, clock, input_s=None, model_forward_s=0.0):
         self.clock = clock
         self.args = TrainingArguments(
             output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=4, report_to="none"
@@ -42,6 +43,11 @@ class _Driver:
         self.state, self.control = TrainerState(), TrainerControl()
         config = tiny_vit_config()
         self.model = ViTForImageClassification(config).train()
+        self.uint8 = input_s is not None
+        if self.uint8:  # the device input path, attached before train begin as the recipe does
+            _SlowPreprocessor(clock, input_s, config.image_size).attach(self.model)
+        if model_forward_s:  # inside the model's own forward: its backward costs ~2x as much
+            self.model.vit.embeddings.register_forward_hook(lambda *_: clock.sleep(model_forward_s))
         self.cb = ThroughputCallback(warmup_steps=warmup_steps, peak_tflops=1.0, print_table=False)
         self.cb.on_train_begin(self.args, self.state, self.control, model=self.model)
 
@@ -50,7 +56,9 @@ class _Driver:
             self.cb.on_evaluate(self.args, self.state, self.control)
         self.clock.sleep(wait_before)
         self.cb.on_step_begin(self.args, self.state, self.control)
-        loss = self.model(pixel_values=torch.randn(batch, 3, 8, 8), labels=torch.zeros(batch, dtype=torch.long)).loss
+        shape = (batch, 3, 8, 8)
+        pixels = torch.randint(0, 256, shape, dtype=torch.uint8) if self.uint8 else torch.randn(shape)
+        loss = self.model(pixel_values=pixels, labels=torch.zeros(batch, dtype=torch.long)).loss
         loss.backward()
         self.clock.sleep(STEP_COMPUTE_S + extra_seconds)
         self.cb.on_step_end(self.args, self.state, self.control)
@@ -59,6 +67,18 @@ class _Driver:
         self.state.is_world_process_zero = True
         self.cb.on_train_end(self.args, self.state, self.control)
         return self.cb.report
+
+
+class _SlowPreprocessor(DevicePreprocessor):
+    """The device input path, taking `seconds` of the fake clock per batch (resize + augmentation on the device)."""
+
+    def __init__(self, clock, seconds, size):
+        super().__init__(size, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+        self.clock, self.seconds = clock, seconds
+
+    def __call__(self, pixels, train):
+        self.clock.sleep(self.seconds)
+        return super().__call__(pixels, train)
 
 
 @pytest.fixture
@@ -105,3 +125,18 @@ def test_report_has_the_documented_schema_and_the_docs_page_shows_it(tmp_path, c
     assert schema_markdown() in THROUGHPUT_DOC.read_text(encoding="utf-8"), "regenerate the table in the page"
     assert "Throughput report" in format_report(report)
     assert report["flops"]["mfu"] == pytest.approx(report["flops"]["achieved_tflops_per_device"] / 1.0)
+
+
+def test_device_input_hooks_are_not_counted_as_forward_and_the_sync_estimate_is_not_negative(tmp_path, clock):
+    # Per step: 0.02 s of device preprocessing in the forward pre-hook (no backward), 0.004 s of model forward, then
+    # STEP_COMPUTE_S of backward + optimizer. compute = 0.034 s; sync + optimizer = compute - input - 3 x forward.
+    driver = _Driver(tmp_path, warmup_steps=0, clock=clock, input_s=0.02, model_forward_s=0.004)
+    for _ in range(3):
+        driver.step()
+    report = driver.report()
+    step, rank = report["step_time_s"], report["ranks"]["per_rank"][0]
+    assert step["compute_mean"] == pytest.approx(0.034)
+    assert rank["forward_mean_s"] == pytest.approx(0.004) and rank["input_hooks_mean_s"] == pytest.approx(0.02)
+    assert step["est_sync_and_optimizer_mean"] == pytest.approx(0.034 - 0.02 - 3 * 0.004)
+    assert rank["est_own_work_mean_s"] == pytest.approx(0.02 + 3 * 0.004)  # no data wait on the fake clock
+    assert "-0." not in format_report(report)

@@ -1,11 +1,12 @@
 """The recipe's building blocks that run before any process group exists: the model and the card's facts."""
 
+import json
 from types import SimpleNamespace
 
 from hf_vit_scaling.arguments.parse import parse_args
 from hf_vit_scaling.models.presets import image_processor_for
 from hf_vit_scaling.parallel.engine import Engine
-from hf_vit_scaling.training.run import World, build_model, model_card_facts
+from hf_vit_scaling.training.run import World, build_model, model_card_facts, report_skips
 from tests.helpers.builders import save_tiny_pretrained_vit
 
 
@@ -33,3 +34,34 @@ def test_card_facts_describe_the_run(tmp_path):
     assert setup["global batch"] == 16 * 2 * 1 and setup["ds_config"] == "none"
     assert setup["engine"] == "none (plain Trainer)"
     assert setup["epochs"] == "7 steps" and setup["lr scaling"] == "none" and setup["model"] == "vit-tiny-cpu"
+
+
+class _SkipsTrainer:
+    """What `report_skips` reads of a VitTrainer: the gathered bad-image notes, skipped steps, saved metrics."""
+
+    def __init__(self, output_dir, bad):
+        self.args = SimpleNamespace(output_dir=str(output_dir))
+        self.bad, self.skipped_steps, self.saved = bad, [], {}
+
+    def gather_bad_samples(self):
+        return self.bad
+
+    def is_world_process_zero(self):
+        return True
+
+    def save_metrics(self, split, metrics):
+        self.saved[split] = metrics
+
+
+def test_a_bad_image_met_at_every_evaluation_or_epoch_counts_once(tmp_path):
+    # The trainer notes a bad image each time a batch leaves it out: a corrupt validation file at each of two
+    # evaluations, a corrupt training file in each of two epochs. Two distinct files, one per split.
+    bad_val = {"split": "eval", "sample": "'val/0/bad.jpg'", "reason": "UnidentifiedImageError: x"}
+    bad_train = {"split": "train", "sample": "row 7", "reason": "OSError: truncated"}
+    trainer = _SkipsTrainer(tmp_path, [bad_val, bad_train, dict(bad_val), dict(bad_train)])
+    assert report_skips(trainer) == {"bad images skipped": 2, "non-finite steps skipped": 0}
+    assert trainer.saved["reliability"]["eval_skipped_images"] == 1
+    assert trainer.saved["reliability"]["train_skipped_images"] == 1
+    written = json.loads((tmp_path / "skipped_images.json").read_text())
+    assert written["count"] == 2 and [b["sample"] for b in written["images"]] == ["'val/0/bad.jpg'", "row 7"]
+    assert [b["times_skipped"] for b in written["images"]] == [2, 2]

@@ -1,5 +1,6 @@
-"""Macro F1: the unweighted mean over classes of F1 = 2 TP / (2 TP + FP + FN); a class never true nor predicted
-scores 0. `num_classes` (optional) counts absent classes too."""
+"""Macro F1: the unweighted mean of F1 = 2 TP / (2 TP + FP + FN) over the classes present in the references or the
+predictions (a class only predicted scores 0), as scikit-learn's `f1_score(average="macro")`. A class neither true
+nor predicted is left out; `num_classes` (optional) does not change that."""
 
 import evaluate
 
