@@ -3,6 +3,7 @@
 
 import os
 
+from hf_vit_scaling.arguments.field_checks import require_folder, require_in_range
 from hf_vit_scaling.arguments.regularization import check_regularization
 from hf_vit_scaling.arguments.streaming import check_streaming
 from hf_vit_scaling.errors import UserInputError
@@ -69,6 +70,32 @@ POSITIVE_TRAINING_FLAGS = (
 )  # fmt: skip
 
 
+# TrainingArguments' numbers outside these ranges are surely wrong, and it accepts them (a negative --weight_decay
+# trains, a negative --max_grad_norm turns clipping off in silence) or crashes on them in its __post_init__:
+# {flag: (low, high, high included, example)}, low included, high None for no upper bound.
+TRAINING_RANGES = {
+    "weight_decay": (0, None, False, 0.05),
+    "adam_beta1": (0, 1, False, 0.9),
+    "adam_beta2": (0, 1, False, 0.999),
+    "adam_epsilon": (0, None, False, 1e-8),
+    "max_grad_norm": (0, None, False, "1.0 (0 turns clipping off)"),
+    "label_smoothing_factor": (0, 1, False, 0.1),
+    "warmup_steps": (0, None, False, "0.05 (below 1: a fraction of the steps)"),
+}
+
+
+def check_training_values(values: dict) -> None:
+    """TrainingArguments' numbers, parsed but not yet built into it (its __post_init__ raises bare ValueErrors)."""
+    require_in_range(values, TRAINING_RANGES)
+
+
+def check_output_dir(training_args) -> None:
+    """The Trainer makes --output_dir with os.makedirs after the data and model loaded: a file there crashes it."""
+    require_folder(
+        "output_dir", training_args.output_dir, "pass a folder, or a path where one can be made.", created=True
+    )
+
+
 def check_training_numbers(training_args) -> None:
     """TrainingArguments accepts these values and fails much later, after data and model loaded: refuse now."""
     for flag in POSITIVE_TRAINING_FLAGS:
@@ -128,6 +155,7 @@ def check_fsdp(args) -> None:
 def validate_args(args) -> None:
     """Checks across argument groups (each group's own checks ran in its __post_init__)."""
     training = args.training
+    check_output_dir(training)
     check_training_numbers(training)
     check_fsdp(args)
     check_nonfinite_policy(args.reliability, training)

@@ -1,9 +1,8 @@
 """The data group: where images come from, splits, input path, crop/flip defaults and bad images."""
 
-import os
 from dataclasses import dataclass, field
 
-from hf_vit_scaling.arguments.field_checks import require_at_least
+from hf_vit_scaling.arguments.field_checks import require_at_least, require_folder
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.training.imbalance import CLASS_WEIGHTING
 
@@ -122,11 +121,7 @@ class DataArguments:
         if self.validation_dir and not self.train_dir:
             raise UserInputError("--validation_dir needs --train_dir. Fix: add --train_dir or drop --validation_dir.")
         for flag in ("train_dir", "validation_dir"):
-            path = getattr(self, flag)
-            if path and not os.path.isdir(path):
-                raise UserInputError(
-                    f"--{flag} {path!r} is not a folder. Fix: point it at a folder of class sub-folders."
-                )
+            require_folder(flag, getattr(self, flag), "point it at a folder of class sub-folders.")
         if not 0.0 < self.train_val_split < 1.0:
             raise UserInputError(f"--train_val_split must be between 0 and 1, got {self.train_val_split}.")
         if not 0.0 < self.crop_scale_min <= 1.0:

@@ -1,10 +1,13 @@
 """The model group: preset or checkpoint, image and patch size, config overrides, weight init."""
 
+import os
 from dataclasses import dataclass, field
 
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 from transformers import ViTConfig
 
-from hf_vit_scaling.arguments.field_checks import require_at_least
+from hf_vit_scaling.arguments.field_checks import require_at_least, require_folder
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.models.presets import DEFAULT_PRESET, MODEL_PRESETS, check_config_overrides
 from hf_vit_scaling.models.weight_init import POSITION_EMBEDDING_INITS, WEIGHT_INITS, check_sincos_width
@@ -74,6 +77,9 @@ class ModelArguments:
     cache_dir: str | None = field(default=None, metadata={"help": "Where Hub downloads are cached."})
 
     def __post_init__(self):
+        if self.model_name_or_path:
+            check_model_path(self.model_name_or_path)
+        require_folder("cache_dir", self.cache_dir, "pass a folder for Hub downloads (made if absent).", created=True)
         if self.model_name_or_path and self.model_preset:
             raise UserInputError(
                 "--model_preset and --model_name_or_path are exclusive: a preset trains from scratch, a checkpoint is "
@@ -108,3 +114,22 @@ class ModelArguments:
     def preset(self) -> str | None:
         """The preset that trains from scratch (the default one when no checkpoint is given), else None."""
         return None if self.model_name_or_path else (self.model_preset or DEFAULT_PRESET)
+
+
+MODEL_PATH_FIX = "pass a saved model's folder (config.json, weights) or a Hub id such as google/vit-base-patch16-224."
+
+
+def check_model_path(name_or_path: str) -> None:
+    """A local folder, or else a Hub id (`name` or `owner/name`, left to the Hub: no network here). A file, or a
+    path that exists nowhere and cannot be a Hub id (./x, /x, ~/x, a/b/c), is refused by name."""
+    if os.path.isdir(name_or_path):
+        return
+    if os.path.exists(name_or_path):
+        raise UserInputError(f"--model_name_or_path {name_or_path!r} is a file, not a folder. Fix: {MODEL_PATH_FIX}")
+    try:
+        validate_repo_id(name_or_path)
+    except HFValidationError:
+        raise UserInputError(
+            f"--model_name_or_path {name_or_path!r} does not exist (no such folder, and not a Hub id owner/name). "
+            f"Fix: {MODEL_PATH_FIX}"
+        ) from None

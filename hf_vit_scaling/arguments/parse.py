@@ -2,6 +2,10 @@
 
 `--ds_config PATH` is the project's name for the Trainer's `--deepspeed PATH`: it is resolved into
 `TrainingArguments.deepspeed` before `TrainingArguments` is built, so there is one DeepSpeed code path.
+
+The parsed values are checked before any dataclass is built from them: every float flag (found from the fields'
+types) must be finite, and TrainingArguments' numbers in range (`check_values`); a ValueError TrainingArguments
+still raises while it is built becomes one `error:` line too.
 """
 
 import json
@@ -12,9 +16,15 @@ from dataclasses import dataclass
 import yaml
 from transformers import HfArgumentParser, TrainingArguments
 
-from hf_vit_scaling.arguments.checks import check_restart_setup, keep_hub_token_out_of_arguments, validate_args
+from hf_vit_scaling.arguments.checks import (
+    check_restart_setup,
+    check_training_values,
+    keep_hub_token_out_of_arguments,
+    validate_args,
+)
 from hf_vit_scaling.arguments.data import DataArguments
 from hf_vit_scaling.arguments.engine import ClusterArguments, EngineArguments, LearningRateArguments
+from hf_vit_scaling.arguments.field_checks import float_fields, require_file, require_finite
 from hf_vit_scaling.arguments.model import ModelArguments
 from hf_vit_scaling.arguments.regularization import RegularizationArguments
 from hf_vit_scaling.arguments.reliability import ReliabilityArguments, ReportArguments
@@ -53,6 +63,46 @@ ALL_ARGUMENT_CLASSES = (
     TrainingArguments,
 )
 
+FLOAT_FLAGS = float_fields(*ALL_ARGUMENT_CLASSES)
+HELP_FIX = "python recipes/train_vit.py --help lists every flag"
+
+
+def check_values(values: dict) -> None:
+    """Checks of the parsed values before any dataclass is built from them (TrainingArguments' __post_init__
+    crashes on some bad numbers and passes others in silence): float flags finite, TrainingArguments' in range."""
+    require_finite(values, FLOAT_FLAGS)
+    check_training_values(values)
+
+
+class _CheckingParser(HfArgumentParser):
+    """`HfArgumentParser` that runs `check_values` on the parsed flags before it builds the dataclasses."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, remaining = super().parse_known_args(args, namespace)
+        check_values(vars(namespace))
+        return namespace, remaining
+
+
+def _build(parse, *args, **kwargs) -> tuple:
+    """The dataclasses from `parse` (the parser's parse_dict or parse_args_into_dataclasses); a bare ValueError from
+    building them (TrainingArguments' own checks) becomes a UserInputError, on one line."""
+    try:
+        return parse(*args, **kwargs)
+    except UserInputError:
+        raise
+    except ValueError as err:
+        message = " ".join(str(err).split()).rstrip(".")  # one line
+        raise UserInputError(f"{message} (TrainingArguments). Fix: correct that flag ({HELP_FIX}).") from err
+
+
+def _refuse_unknown(given: list[str], where: str = "") -> None:
+    if given:
+        names = ", ".join(given)
+        raise UserInputError(
+            f"{where}{names} {'is not a flag' if len(given) == 1 else 'are not flags'} of this recipe. Fix: remove "
+            f"or rename {'it' if len(given) == 1 else 'them'} ({HELP_FIX})."
+        )
+
 
 def _read_args_file(path: str) -> dict:
     with open(path, encoding="utf-8") as f:
@@ -68,7 +118,10 @@ def _resolve_ds_config(values: dict) -> None:
         )
     path = ds_config or deepspeed
     if path and isinstance(path, str):
-        load_ds_config(path, flag="--ds_config" if ds_config else "--deepspeed")
+        flag = "ds_config" if ds_config else "deepspeed"
+        if os.path.isdir(path):  # (load_ds_config names a missing file)
+            require_file(flag, path, "pass one of the files in ds_configs/ (e.g. ds_configs/zero2.json).")
+        load_ds_config(path, flag=f"--{flag}")
         values["deepspeed"] = path
         ensure_single_process_env()
 
@@ -77,8 +130,7 @@ def check_fsdp_config_file(path) -> None:
     """TrainingArguments opens --fsdp_config with a bare open()/json.load: name the flag and the fix instead."""
     if not isinstance(path, str) or path.lstrip().startswith("{"):
         return
-    if not os.path.isfile(path):
-        raise UserInputError(f"--fsdp_config {path!r} does not exist. Fix: pass a file from fsdp_configs/.")
+    require_file("fsdp_config", path, "pass a file from fsdp_configs/.")
     try:
         _read_args_file(path)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -118,24 +170,26 @@ def _parse_args_file(parser: HfArgumentParser, path: str, overrides: list[str]) 
         check_fsdp_config_file(_option_value(overrides, "--fsdp_config") or values.get("fsdp_config"))
     # Without an accelerator, accelerate only sets up a multi-process (gloo) world when told it runs on CPU.
     values.setdefault("use_cpu", not has_accelerator())
+    _refuse_unknown(sorted(set(values) - {action.dest for action in parser._actions}), where=f"{path}: ")
     if not overrides:
-        return parser.parse_dict(values)
-    unknown = sorted(set(values) - {action.dest for action in parser._actions})
-    if unknown:
-        raise UserInputError(
-            f"{path}: {', '.join(unknown)} {'is not a flag' if len(unknown) == 1 else 'are not flags'} of this "
-            "recipe. Fix: remove or rename them (python recipes/train_vit.py --help lists every flag)."
-        )
+        check_values(values)
+        return _build(parser.parse_dict, values)
     parser.set_defaults(**values)  # every action of a flag (a bool's --no_<flag> too) takes the file's value
     for action in parser._actions:
         action.required = action.required and action.dest not in values
-    return parser.parse_args_into_dataclasses(overrides)
+    return _parse_flags(parser, overrides)
+
+
+def _parse_flags(parser: HfArgumentParser, argv: list[str]) -> tuple:
+    *groups, remaining = _build(parser.parse_args_into_dataclasses, argv, return_remaining_strings=True)
+    _refuse_unknown([arg for arg in remaining if arg.startswith("-")] or remaining)
+    return tuple(groups)
 
 
 def _parse(argv: list[str]) -> tuple:
     """The dataclasses from argv or from one .json/.yaml file (plus overrides after it); `--ds_config` resolved into
     `--deepspeed` first."""
-    parser = HfArgumentParser(ALL_ARGUMENT_CLASSES)
+    parser = _CheckingParser(ALL_ARGUMENT_CLASSES)
     if argv and _is_args_file(argv[0]):
         return _parse_args_file(parser, argv[0], argv[1:])
     values = {"ds_config": _option_value(argv, "--ds_config"), "deepspeed": _option_value(argv, "--deepspeed")}
@@ -146,7 +200,7 @@ def _parse(argv: list[str]) -> tuple:
         argv += ["--deepspeed", values["deepspeed"]]
     if "--use_cpu" not in argv and not has_accelerator():
         argv += ["--use_cpu", "true"]  # as above: accelerate's CPU multi-process world
-    return parser.parse_args_into_dataclasses(argv)
+    return _parse_flags(parser, argv)
 
 
 def parse_args(argv: list[str] | None = None) -> RecipeArguments:

@@ -67,28 +67,27 @@ def _gib(n_bytes) -> str:
     return "n/a" if n_bytes is None else f"{n_bytes / 2**30:.2f} GiB"
 
 
+def _number(value, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
 def speed_rows(report: dict) -> dict:
     """The card's "Training speed" rows from a throughput report (`throughput.json`, schema in
-    `throughput.schema`): warm-up steps excluded, images/s of the slowest rank's measured time."""
+    `throughput.schema`): warm-up steps excluded, images/s of the slowest rank's measured time. A run with no step
+    after its warm-up measured nothing: the rows say n/a."""
     setup, speed, flops, memory = report["setup"], report["throughput"], report["flops"], report["memory"]
-    mfu = flops["mfu"]
-    peak = flops["peak_tflops_per_device"]
-    peak_text = (
-        "n/a"
-        if peak is None
-        else f"{peak:.3g} TFLOP/s per device, {PEAK_SOURCES.get(flops['peak_source'], flops['peak_source'])}"
-    )
+    peak, source = flops["peak_tflops_per_device"], PEAK_SOURCES.get(flops["peak_source"], flops["peak_source"])
     kind = "allocated" if memory["kind"] == "allocated_peak_bytes" else "resident (RSS)"
-    versions = ", ".join(f"{name} {version}" for name, version in setup["versions"].items() if version)
+    versions = ", ".join(f"{name} {version}" for name, version in (setup["versions"] or {}).items() if version)
     return {
-        "images/s (all devices)": f"{speed['images_per_s']:.1f}",
-        "images/s per device": f"{speed['images_per_s_per_device']:.1f}",
-        "MFU": "n/a" if mfu is None else f"{mfu:.1%}",
-        "MFU peak": peak_text,
+        "images/s (all devices)": _number(speed["images_per_s"], ".1f"),
+        "images/s per device": _number(speed["images_per_s_per_device"], ".1f"),
+        "MFU": _number(flops["mfu"], ".1%"),
+        "MFU peak": "n/a" if peak is None else f"{peak:.3g} TFLOP/s per device, {source}",
         "peak memory per device": f"{_gib(memory['max_bytes'])} {kind}",
-        "measured": f"{speed['steps_measured']} steps after {speed['warmup_steps']} warm-up steps",
-        "hardware": f"{setup['world_size']} x {', '.join(setup['devices'])} on {setup['num_nodes']} node(s)",
-        "versions": versions,
+        "measured": f"{speed['steps_measured'] or 0} steps after {speed['warmup_steps']} warm-up steps",
+        "hardware": f"{setup['world_size']} x {', '.join(setup['devices'] or ['?'])} on {setup['num_nodes']} node(s)",
+        "versions": versions or "n/a",
     }
 
 

@@ -88,11 +88,28 @@ CASES = {
         lambda t: ["--model_preset", "vit-b-16", "--model_name_or_path", "google/vit-base-patch16-224"],
         ["--model_preset", "--model_name_or_path", "exclusive"],
     ),
+    "model_name_or_path missing folder": (
+        lambda t: ["--model_name_or_path", str(t / "no" / "such" / "model")],
+        ["--model_name_or_path", "does not exist", "not a Hub id", "Fix:"],
+    ),
+    "output_dir a file": (
+        lambda t: ["--output_dir", str(t / "bad.json")],  # written by write_case_files
+        ["--output_dir", "bad.json", "is a file, not a folder", "Fix:"],
+    ),
+    "num_train_epochs nan": (
+        lambda t: ["--num_train_epochs", "nan"],
+        ["--num_train_epochs must be a finite number, got nan", "Fix:"],
+    ),
+    "negative weight_decay": (
+        lambda t: ["--weight_decay", "-0.1"],
+        ["--weight_decay must be >= 0, got -0.1", "e.g. --weight_decay 0.05"],
+    ),
+    "unknown flag": (lambda t: ["--no_such_flag", "1"], ["--no_such_flag is not a flag", "--help"]),
 }
 
 
 # One fresh process runs the recipe's main() once per case (what `python recipes/train_vit.py ARGS` runs after its
-# imports), so the 16 refusals cost one start-up instead of 16; `test_the_process_exits_2_with_one_error_line` checks
+# imports), so the refusals cost one start-up, not one each; `test_the_process_exits_2_with_one_error_line` checks
 # the exit code and stderr of a real `python recipes/train_vit.py` process.
 REFUSE_EACH = """
 import contextlib

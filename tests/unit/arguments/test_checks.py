@@ -2,10 +2,11 @@
 
 import os
 import pickle
+import re
 
 import pytest
 
-from hf_vit_scaling.arguments.checks import check_restart_setup
+from hf_vit_scaling.arguments.checks import TRAINING_RANGES, check_restart_setup
 from hf_vit_scaling.arguments.parse import parse_args
 from hf_vit_scaling.errors import UserInputError
 
@@ -64,3 +65,43 @@ def test_class_weighting_is_refused_beside_soft_targets(tmp_path):
 def test_training_numbers_are_refused_before_anything_loads(tmp_path, argv, flag):
     with pytest.raises(UserInputError, match=flag):
         parse_args(["--output_dir", str(tmp_path), *argv])
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "allowed"),
+    [
+        ("weight_decay", "-0.1", ">= 0"),
+        ("adam_beta1", "1.0", "in [0, 1)"),
+        ("adam_beta1", "-0.1", "in [0, 1)"),
+        ("adam_beta2", "1.5", "in [0, 1)"),
+        ("adam_epsilon", "-1e-8", ">= 0"),
+        ("max_grad_norm", "-1", ">= 0"),
+        ("label_smoothing_factor", "1.0", "in [0, 1)"),
+        ("label_smoothing_factor", "-0.1", "in [0, 1)"),
+        ("warmup_steps", "-1", ">= 0"),  # TrainingArguments' own bare ValueError before
+    ],
+)
+def test_training_numbers_out_of_range_are_refused_with_the_range(tmp_path, flag, value, allowed):
+    with pytest.raises(UserInputError) as caught:
+        parse_args(["--output_dir", str(tmp_path), f"--{flag}={value}"])
+    message = str(caught.value)
+    assert message.startswith(f"--{flag} must be {allowed}, got {float(value)}. Fix: pass a value {allowed}, e.g.")
+
+
+def test_training_numbers_at_the_edges_of_their_ranges_pass(tmp_path):
+    edges = {"weight_decay": 0, "adam_beta1": 0, "adam_beta2": 0, "adam_epsilon": 0, "max_grad_norm": 0,
+             "label_smoothing_factor": 0, "warmup_steps": 0}  # fmt: skip
+    assert set(edges) == set(TRAINING_RANGES)
+    argv = [arg for flag, value in edges.items() for arg in (f"--{flag}", str(value))]
+    training = parse_args(["--output_dir", str(tmp_path), *argv]).training
+    assert training.weight_decay == 0 and training.max_grad_norm == 0 and training.adam_beta2 == 0
+
+
+def test_output_dir_must_be_a_folder_or_a_path_where_one_can_be_made(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    for out, words in ((a_file, "is a file, not a folder"), (a_file / "run", f"is inside '{a_file}', which is")):
+        with pytest.raises(UserInputError, match=re.escape(f"--output_dir '{out}' {words}")):
+            parse_args(["--output_dir", str(out)])
+    assert parse_args(["--output_dir", str(tmp_path / "new" / "run")]).training.output_dir.endswith("new/run")
+    assert parse_args(["--output_dir", str(tmp_path)]).training.output_dir == str(tmp_path)

@@ -1,10 +1,11 @@
-"""Tests `arguments.parse`: the defaults, files of arguments and the flags after them, flags named in refusals."""
+"""Tests `arguments.parse`: the defaults, files of arguments and the flags after them, flags named in refusals, the
+checks of the parsed values (every float flag finite) and the one-line refusals of what the parser itself rejects."""
 
 import json
 
 import pytest
 
-from hf_vit_scaling.arguments.parse import parse_args
+from hf_vit_scaling.arguments.parse import FLOAT_FLAGS, parse_args
 from hf_vit_scaling.errors import UserInputError
 
 
@@ -82,3 +83,66 @@ def test_overrides_are_checked_like_any_flag(tmp_path):
 def test_bad_arguments_name_the_flag(tmp_path, argv, flag):
     with pytest.raises(UserInputError, match=flag):
         parse_args(["--output_dir", str(tmp_path), *argv])
+
+
+def refusal(argv: list[str]) -> str:
+    """The one-line message of the UserInputError that parse_args raises for argv."""
+    with pytest.raises(UserInputError) as caught:
+        parse_args(argv)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_float_flags_are_found_by_their_type():
+    """Every float field of every group (ours and TrainingArguments'), `float | None` ones too: a new float flag is
+    checked without being listed."""
+    assert set(FLOAT_FLAGS) >= {
+        "train_val_split", "crop_scale_min", "peak_tflops", "mixup_alpha", "ema_decay", "eval_crop_pct",
+        "num_train_epochs", "learning_rate", "warmup_steps", "weight_decay", "adam_beta1", "adam_beta2",
+        "adam_epsilon", "max_grad_norm", "label_smoothing_factor", "eval_steps", "save_steps", "logging_steps",
+    }  # fmt: skip
+    assert not {"max_steps", "image_size", "seed", "output_dir"} & set(FLOAT_FLAGS)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+@pytest.mark.parametrize("flag", FLOAT_FLAGS)
+def test_every_float_flag_refuses_nan_and_infinity(tmp_path, flag, value):
+    message = refusal(["--output_dir", str(tmp_path), f"--{flag}={value}"])
+    assert message.startswith(f"--{flag} must be a finite number, got {float(value)}. Fix:"), message
+
+
+def test_float_values_of_an_args_file_are_checked_and_yaml_strings_read_as_numbers(tmp_path):
+    nan_file = tmp_path / "nan.json"
+    nan_file.write_text(json.dumps({"output_dir": str(tmp_path / "out"), "weight_decay": float("nan")}))  # NaN
+    for argv in ([str(nan_file)], [str(nan_file), "--seed", "1"]):
+        assert refusal(argv).startswith("--weight_decay must be a finite number, got nan")
+    yaml_file = tmp_path / "args.yaml"
+    yaml_file.write_text(f"output_dir: {tmp_path / 'out'}\nlearning_rate: 1e-4\n")  # YAML 1.1: the string '1e-4'
+    assert parse_args([str(yaml_file)]).training.learning_rate == 1e-4
+    yaml_file.write_text(f"output_dir: {tmp_path / 'out'}\nlearning_rate: fast\n")
+    assert refusal([str(yaml_file)]).startswith("--learning_rate 'fast' is not a number")
+
+
+@pytest.mark.parametrize(
+    "flag, words",
+    [
+        ("--ds_config", ["--ds_config", "is a folder, not a file", "ds_configs/"]),
+        ("--deepspeed", ["--deepspeed", "is a folder, not a file", "ds_configs/"]),
+        ("--fsdp_config", ["--fsdp_config", "is a folder, not a file", "fsdp_configs/"]),
+    ],
+)
+def test_config_file_flags_refuse_a_folder(tmp_path, flag, words):
+    message = refusal(["--output_dir", str(tmp_path / "out"), flag, str(tmp_path)])
+    for text in words:
+        assert text in message, message
+
+
+def test_unknown_flags_and_training_arguments_own_refusals_are_one_line(tmp_path):
+    out = ["--output_dir", str(tmp_path)]
+    assert refusal([*out, "--no_such_flag", "1"]).startswith("--no_such_flag is not a flag of this recipe. Fix:")
+    args_file = tmp_path / "args.yaml"
+    args_file.write_text(f"output_dir: {tmp_path / 'out'}\nlearning_rat: 0.001\n")
+    assert "learning_rat is not a flag" in refusal([str(args_file)])  # without flags after the file too
+    message = refusal([*out, "--logging_steps", "2.5"])  # TrainingArguments' own ValueError
+    assert message.startswith("--logging_steps must be an integer") and "Fix:" in message, message

@@ -131,3 +131,17 @@ def test_card_carries_the_training_speed_and_parses_as_a_hub_card(tmp_path):
 def test_card_without_a_throughput_report_has_no_speed_section(tmp_path):
     card = open(write_model_card(str(tmp_path), _info()), encoding="utf-8").read()
     assert "## Training speed" not in card and "## Use" in card
+
+
+def test_a_run_too_short_to_measure_gets_n_a_rows_not_a_crash(tmp_path):
+    """--max_steps at or below --throughput_warmup_steps measures nothing: images/s, MFU and memory are null."""
+    import json
+
+    report = _throughput_report()
+    report["throughput"] |= {"images_per_s": None, "images_per_s_per_device": None, "steps_measured": 0}
+    report["flops"] |= {"mfu": None, "peak_tflops_per_device": None}
+    report["memory"]["max_bytes"] = None
+    (tmp_path / "throughput.json").write_text(json.dumps(report))
+    card = open(write_model_card(str(tmp_path), _info()), encoding="utf-8").read()
+    assert "| images/s (all devices) | n/a |" in card and "| MFU | n/a |" in card
+    assert "| measured | 0 steps after 5 warm-up steps |" in card
