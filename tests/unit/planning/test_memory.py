@@ -2,13 +2,13 @@
 
 from hf_vit_scaling.models.presets import MODEL_PRESETS
 from hf_vit_scaling.planning.memory import (
-    PlanSettings,
     engine_memory,
     largest_batch,
     model_state_bytes,
     zero3_gathered_parameters,
 )
 from hf_vit_scaling.planning.shapes import ENGINES, GiB, vit_shape
+from tests.unit.planning.plan_settings import settings
 
 
 def test_model_states_by_hand_per_engine():
@@ -57,19 +57,6 @@ def test_zero3_keeps_models_under_the_reuse_distance_gathered():
     kept = zero3_gathered_parameters(huge)
     assert 0.4e9 < kept < huge.num_parameters
     assert zero3_gathered_parameters(small, max_reuse_distance=0) == small.num_parameters - 12 * small.layer_parameters
-
-
-def settings(**overrides) -> PlanSettings:
-    values = dict(
-        shape=vit_shape(MODEL_PRESETS["vit-b-16"]),
-        per_device_batch=32,
-        gpus_per_node=8,
-        gpu_memory_bytes=40 * GiB,
-        precision="bf16",
-        ds_configs={},
-    )
-    values.update(overrides)
-    return PlanSettings(**values)
 
 
 def test_peak_is_static_plus_the_largest_phase():

@@ -1,22 +1,9 @@
 """Tests `planning.plan`: which engine the planner recommends, and why."""
 
 from hf_vit_scaling.models.presets import MODEL_PRESETS
-from hf_vit_scaling.planning.memory import PlanSettings
 from hf_vit_scaling.planning.plan import plan, recommend
-from hf_vit_scaling.planning.shapes import GiB, vit_shape
-
-
-def settings(**overrides) -> PlanSettings:
-    values = dict(
-        shape=vit_shape(MODEL_PRESETS["vit-b-16"]),
-        per_device_batch=32,
-        gpus_per_node=8,
-        gpu_memory_bytes=40 * GiB,
-        precision="bf16",
-        ds_configs={},
-    )
-    values.update(overrides)
-    return PlanSettings(**values)
+from hf_vit_scaling.planning.shapes import vit_shape
+from tests.unit.planning.plan_settings import settings
 
 
 def test_recommendation_prefers_ddp_when_it_fits():

@@ -5,25 +5,8 @@ import dataclasses
 import pytest
 
 from hf_vit_scaling.models.flops import vit_forward_macs_per_image
-from hf_vit_scaling.models.presets import MODEL_PRESETS
-from hf_vit_scaling.planning.memory import (
-    PlanSettings,
-)
-from hf_vit_scaling.planning.shapes import GiB, vit_shape
 from hf_vit_scaling.planning.speed import collective_bytes_per_rank, engine_speed
-
-
-def settings(**overrides) -> PlanSettings:
-    values = dict(
-        shape=vit_shape(MODEL_PRESETS["vit-b-16"]),
-        per_device_batch=32,
-        gpus_per_node=8,
-        gpu_memory_bytes=40 * GiB,
-        precision="bf16",
-        ds_configs={},
-    )
-    values.update(overrides)
-    return PlanSettings(**values)
+from tests.unit.planning.plan_settings import settings
 
 
 def test_collective_volumes():

@@ -6,28 +6,11 @@ import pytest
 
 from hf_vit_scaling.throughput.schema import load_throughput_report
 from hf_vit_scaling.throughput.summary import summarize
-
-
-def _rank_figures(images, measured_time, own_work, node="host#0"):
-    return {
-        "steps": len(own_work), "images": images, "measured_time": measured_time, "compute_mean": 0.5,
-        "data_wait_mean": 0.1, "forward_mean": 0.1, "input_mean": 0.0, "step_time_mean": 0.6, "step_time_median": 0.6,
-        "step_time_p90": 0.7, "own_work": own_work, "device": "cpu", "hostname": node.split("#")[0], "node": node,
-        "memory": {"allocated_peak_bytes": None, "reserved_peak_bytes": None, "rss_peak_bytes": 100 * 2**20},
-    }  # fmt: skip
-
-
-SETUP = {
-    "engine": "deepspeed", "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2, "zero_stage": 2,
-    "offload": {}, "precision": "fp32", "image_size": 32, "patch_size": 4, "num_parameters": 1000,
-    "forward_macs_per_image": 10**9, "train_flops_per_image": 6 * 10**9, "versions": {}, "simulated_slow_ranks": {},
-    "rank_batches": None, "sequence_parallel_size": 1, "warmup_steps": 2, "peak_tflops": 1.0,
-    "peak_source": "user", "memory_kind": "rss_peak_bytes",
-}  # fmt: skip
+from tests.unit.throughput.figures import SETUP, rank_figures
 
 
 def test_version_1_reports_load_as_version_2(tmp_path):
-    report = summarize([_rank_figures(10, 1.0, [0.1])], {**SETUP, "engine": "trainer", "zero_stage": None})
+    report = summarize([rank_figures(10, 1.0, [0.1])], {**SETUP, "engine": "trainer", "zero_stage": None})
     old = json.loads(json.dumps(report))
     old["schema_version"] = 1
     for key in ("engine", "sequence_parallel_size", "tokens_per_rank"):

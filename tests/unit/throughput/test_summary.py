@@ -5,6 +5,7 @@ import pytest
 from hf_vit_scaling.throughput.report import format_report
 from hf_vit_scaling.throughput.schema import REPORT_SCHEMA
 from hf_vit_scaling.throughput.summary import estimate_sync_wait, summarize
+from tests.unit.throughput.figures import SETUP, rank_figures
 
 
 def test_sync_wait_against_hand_computed_values():
@@ -13,27 +14,9 @@ def test_sync_wait_against_hand_computed_values():
     assert estimate_sync_wait([[1.0], [1.0], [1.0]]) == [0.0, 0.0, 0.0]
 
 
-def _rank_figures(images, measured_time, own_work, node="host#0"):
-    return {
-        "steps": len(own_work), "images": images, "measured_time": measured_time, "compute_mean": 0.5,
-        "data_wait_mean": 0.1, "forward_mean": 0.1, "input_mean": 0.0, "step_time_mean": 0.6, "step_time_median": 0.6,
-        "step_time_p90": 0.7, "own_work": own_work, "device": "cpu", "hostname": node.split("#")[0], "node": node,
-        "memory": {"allocated_peak_bytes": None, "reserved_peak_bytes": None, "rss_peak_bytes": 100 * 2**20},
-    }  # fmt: skip
-
-
-SETUP = {
-    "engine": "deepspeed", "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2, "zero_stage": 2,
-    "offload": {}, "precision": "fp32", "image_size": 32, "patch_size": 4, "num_parameters": 1000,
-    "forward_macs_per_image": 10**9, "train_flops_per_image": 6 * 10**9, "versions": {}, "simulated_slow_ranks": {},
-    "rank_batches": None, "sequence_parallel_size": 1, "warmup_steps": 2, "peak_tflops": 1.0,
-    "peak_source": "user", "memory_kind": "rss_peak_bytes",
-}  # fmt: skip
-
-
 def test_summarize_is_pure_arithmetic_over_the_ranks():
     # Rank 1 is slower: its 4 s is the measured time; 2 x 64 images / 4 s = 32 images/s.
-    per_rank = [_rank_figures(64, 3.0, [1.0, 1.0]), _rank_figures(64, 4.0, [1.5, 2.0], node="other#1")]
+    per_rank = [rank_figures(64, 3.0, [1.0, 1.0]), rank_figures(64, 4.0, [1.5, 2.0], node="other#1")]
     report = summarize(per_rank, SETUP)
     assert report["throughput"]["images_per_s"] == pytest.approx(32.0)
     assert report["setup"]["global_batch_size"] == 8 * 2 * 2 == report["throughput"]["nominal_images_per_step"]
@@ -51,7 +34,7 @@ def test_summarize_is_pure_arithmetic_over_the_ranks():
 def test_sync_and_optimizer_estimate_is_never_negative():
     # Backward cheaper than 2x forward (tiny models, CPU) puts input + 3 x forward above compute: no estimate, and
     # the table says why instead of printing a negative time.
-    figures = {**_rank_figures(64, 3.0, [1.0]), "compute_mean": 0.05, "forward_mean": 0.02, "input_mean": 0.01}
+    figures = {**rank_figures(64, 3.0, [1.0]), "compute_mean": 0.05, "forward_mean": 0.02, "input_mean": 0.01}
     report = summarize([figures], SETUP)
     assert report["step_time_s"]["est_sync_and_optimizer_mean"] is None
     table = format_report(report)
