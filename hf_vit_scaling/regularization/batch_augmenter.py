@@ -12,9 +12,10 @@ generator, which the Trainer seeds and saves in its checkpoints): RandAugment's 
 per layer; random erasing's box per image; Mixup's lam, CutMix's box and the Mixup-or-CutMix switch per image (timm's
 `mode="elem"`; DeiT's default `"batch"` shares one lam per batch). kornia was measured and not used: its RandAugment
 and TrivialAugment draw the operations once per batch (only magnitudes and signs per image), so every image of a batch
-gets the same ops; see benchmarks/regularization_cost.py for the speed of both. The Trainer seeds every rank alike,
-so with the default generator all ranks draw the same parameters at a given step (for different images), as the
-DevicePreprocessor's crops do; a per-rank `generator` avoids that but is not saved in checkpoints.
+gets the same ops; see benchmarks/regularization_cost.py for the speed of both. The Trainer seeds every rank alike;
+`training.seeding.PerRankRandomness` reseeds each data-parallel rank's default generator at train begin, so the
+ranks draw different parameters (as the DevicePreprocessor's crops do), and the Trainer's per-rank checkpointed
+generator states keep a resume exact.
 Host-device synchronisations per training batch: one per RandAugment layer (the op group sizes), one for random
 erasing (which images get noise), one or two for the Beta draws; nothing else waits for the device.
 

@@ -45,6 +45,9 @@ class EMACallback(TrainerCallback):
         self.resume_from = resume_from
         self.shadow: dict[str, torch.Tensor] | None = None
         self.global_step = 0  # the optimizer step the EMA includes
+        # Steps whose optimizer update was left out (--on_nonfinite_loss skip); the trainer shares its list. The
+        # weights did not move on such a step, so averaging them in again would pull the EMA toward them: skipped.
+        self.skipped_steps: list[int] = []
 
     # -- Trainer events
 
@@ -61,7 +64,8 @@ class EMACallback(TrainerCallback):
             self.global_step = state.global_step
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        self.update(model)
+        if state.global_step not in self.skipped_steps:
+            self.update(model)
         self.global_step = state.global_step
 
     # -- the average

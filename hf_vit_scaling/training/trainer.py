@@ -13,7 +13,9 @@
   through the key conversion of `from_pretrained` (`checkpoints.load_model_weights`), or stop with an error naming
   the keys (the Trainer's own load skips the conversion and only warns); DeepSpeed and FSDP keep their own loaders;
 - `bad_samples`: images that could not be decoded and were left out of their batch (see `data.decoding`);
-- `trace_samples`: append each step's dataset indices to output_dir/sample_trace/rank{R}.jsonl.
+- `trace_samples`: append each training micro-batch's dataset indices, and a fingerprint of the pixels the model saw
+  (after every input hook: crop, augmentation, Mixup/CutMix), to output_dir/sample_trace/rank{R}.jsonl;
+- every rank's random draws differ from the others' (`seeding.PerRankRandomness`), reproducibly from `--seed`.
 - a streamed training split (`data.streaming`): its own loader, and each checkpoint holds the data position of
   every rank (`data_position/rank{R}.json`) before it is marked complete;
 - `layer_decay`: BEiT's per-layer learning rates as the optimizer's parameter groups (every ZeRO stage), written to
@@ -24,6 +26,7 @@
 Injected faults (`faults.FaultInjector`) do nothing unless the environment asks for them.
 """
 
+import hashlib
 import json
 import os
 
@@ -48,6 +51,7 @@ from hf_vit_scaling.training.checkpoints import (
     newest_complete_checkpoint,
 )
 from hf_vit_scaling.training.faults import FaultInjector
+from hf_vit_scaling.training.seeding import PerRankRandomness, pin_data_order_seed
 
 TRACE_DIRNAME = "sample_trace"
 NONFINITE_POLICIES = ("stop", "skip")
@@ -120,7 +124,11 @@ class VitTrainer(Trainer):
     def __init__(self, *args, model_card: dict | None = None, rank_batches: list[int] | None = None,
                  sequence_parallel=None, nonfinite_policy: str = "stop", trace_samples: bool = False,
                  layer_decay: float | None = None, ema=None, **kwargs):  # fmt: skip
+        if kwargs.get("args") is not None:
+            pin_data_order_seed(kwargs["args"])  # before the Trainer reads it into its data loader configuration
         super().__init__(*args, **kwargs)
+        sp_size = sequence_parallel.sp_size if sequence_parallel is not None else 1
+        self.add_callback(PerRankRandomness(sp_size))  # augmentation and drop path differ across data-parallel ranks
         self.layer_decay, self.ema = layer_decay, ema
         if ema is not None:
             self.add_callback(ema)
@@ -131,10 +139,13 @@ class VitTrainer(Trainer):
         self.rank_batches = rank_batches
         self.sequence_parallel = sequence_parallel
         self.nonfinite = NonFiniteLossPolicy(self, nonfinite_policy)
+        if ema is not None:
+            ema.skipped_steps = self.nonfinite.skipped_steps  # one list: a skipped step is left out of the EMA too
         self.trace_samples = trace_samples
         self.bad_samples: list[dict] = []  # {"split", "sample", "reason"} seen by this rank
         self.class_reports: dict[str, dict] = {}  # metric prefix -> the latest evaluation's per-class results
         self._trace_file = None
+        self._pending_trace = self._pixels_seen = self._pixel_hook = None
         self.stream_position = None  # --streaming: the data position after the last batch trained
         self.faults = FaultInjector(self.args.process_index)
         if self.faults:
@@ -216,7 +227,30 @@ class VitTrainer(Trainer):
         if training and position is not None:
             self.stream_position = position
         if training and self.trace_samples and indices is not None:
-            self._trace(indices, {"pass": position["pass"]} if position is not None else {})
+            self._pending_trace = (indices, {"pass": position["pass"]} if position is not None else {})
+            self._watch_pixels()
+
+    def _watch_pixels(self) -> None:
+        """A forward pre-hook on the model, registered when training has begun, so it runs after every input hook
+        (the recipe's and the throughput clock's): it fingerprints the pixels the model is given."""
+        if self._pixel_hook is not None:
+            return
+
+        def fingerprint(module, args, kwargs):
+            pixels = kwargs.get("pixel_values", args[0] if args else None)
+            if pixels is not None and module.training:
+                data = pixels.detach().float().contiguous().cpu().numpy().tobytes()
+                self._pixels_seen = hashlib.sha1(data).hexdigest()[:16]
+
+        self._pixel_hook = self.model.register_forward_pre_hook(fingerprint, with_kwargs=True)
+
+    def _write_pending_trace(self) -> None:
+        if self._pending_trace is None:
+            return
+        indices, extra = self._pending_trace
+        self._pending_trace = None
+        pixels, self._pixels_seen = self._pixels_seen, None
+        self._trace(indices, {**extra, **({"pixels": pixels} if pixels is not None else {})})
 
     def _trace(self, indices, extra: dict) -> None:
         if self._trace_file is None:
@@ -243,6 +277,7 @@ class VitTrainer(Trainer):
         result = super().compute_loss(
             model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
         )
+        self._write_pending_trace()  # after the forward: its input hooks have made the pixels
         loss = result[0] if return_outputs else result
         if model.training:
             self.nonfinite.check(loss)
@@ -370,6 +405,9 @@ class VitTrainer(Trainer):
         return [b for part in gather_object(self.bad_samples) for b in part]
 
     def close_trace(self) -> None:
+        if self._pixel_hook is not None:
+            self._pixel_hook.remove()
+            self._pixel_hook = None
         if self._trace_file is not None:
             self._trace_file.close()
             self._trace_file = None

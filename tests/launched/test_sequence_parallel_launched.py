@@ -25,6 +25,7 @@ from tests.helpers.launchers import (
     run,
     run_recipe,
     run_script,
+    sample_trace,
 )
 
 
@@ -140,8 +141,12 @@ def test_recipe_sequence_parallel_zero2_equals_one_process_and_reloads_as_plain_
         "0.1",
         *SHORT,
     ]
-    run_recipe(tmp_path / "sp", *args, "--sequence_parallel_size", "2", launcher="torchrun", nproc=2)
+    run_recipe(tmp_path / "sp", *args, "--sequence_parallel_size", "2", "--trace_samples", "true",
+               launcher="torchrun", nproc=2)  # fmt: skip
     run_recipe(tmp_path / "one", *args, launcher="python")
+    # The two ranks of one SP group are one data-parallel rank: the same images, the same random draws.
+    trace = sample_trace(tmp_path / "sp")
+    assert all(trace[(0, step)]["pixels"] == trace[(1, step)]["pixels"] for step in range(1, 7)), trace
     sp, one = log_history(tmp_path / "sp"), log_history(tmp_path / "one")
     assert len(sp) == len(one) == 6
     assert [e["loss"] for e in sp] == pytest.approx([e["loss"] for e in one], rel=1e-5)

@@ -41,6 +41,20 @@ def test_ema_after_k_steps_is_the_closed_form():
     assert ema.global_step == k
 
 
+def test_a_skipped_step_is_left_out_of_the_average():
+    """--on_nonfinite_loss skip: the weights did not move at step 2, and the EMA must not average them in again."""
+    model = toy_model()
+    ema = EMACallback(0.9)
+    ema.skipped_steps = [2]
+    ema.on_train_begin(None, SimpleNamespace(global_step=0), None, model=model)
+    take_steps(model, ema, 1)
+    after_step_1 = {n: t.clone() for n, t in ema.shadow.items()}
+    ema.on_step_end(None, SimpleNamespace(global_step=2), None, model=model)  # skipped: no update, same weights
+    assert all(torch.equal(ema.shadow[n], after_step_1[n]) for n in after_step_1) and ema.global_step == 2
+    ema.on_step_end(None, SimpleNamespace(global_step=3), None, model=model)
+    assert not all(torch.equal(ema.shadow[n], after_step_1[n]) for n in after_step_1)
+
+
 def test_ema_resumes_exactly_from_its_checkpoint_file(tmp_path):
     model = toy_model()
     straight = EMACallback(0.95)

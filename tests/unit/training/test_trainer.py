@@ -3,6 +3,7 @@ reach the model and are recorded (bad samples, the sample trace), the per-rank l
 policies, our model card on push, and the per-class results each evaluation files. Their multi-process behaviour
 is in tests/launched/."""
 
+import hashlib
 import json
 from types import SimpleNamespace
 
@@ -49,18 +50,26 @@ def test_bookkeeping_fields_are_recorded_and_never_reach_the_model(make_trainer)
     trainer = make_trainer(trace_samples=True)
     model = trainer.model
     bad = {"sample": "'broken.jpg'", "reason": "UnidentifiedImageError: x"}
-    inputs = {**_batch((5, 7)), "bad_samples": [bad]}
+    first, second = _batch((5, 7)), _batch((1, 2))
+    pixels = [b["pixel_values"].clone() for b in (first, second)]
+    inputs = {**first, "bad_samples": [bad]}
     trainer.compute_loss(model, inputs)  # the model would fail on unknown keyword arguments
     assert set(inputs) == {"pixel_values", "labels"}
     trainer.state.global_step = 1
-    trainer.compute_loss(model, _batch((1, 2)))
+    trainer.compute_loss(model, second)
     model.eval()
     trainer.compute_loss(model, {**_batch((9,)), "bad_samples": [bad]})  # evaluation: recorded, not traced
     trainer.close_trace()
     assert trainer.bad_samples == [{"split": "train", **bad}, {"split": "eval", **bad}]
     trace = trainer.args.output_dir + f"/{TRACE_DIRNAME}/rank0.jsonl"
     with open(trace, encoding="utf-8") as f:
-        assert [json.loads(line) for line in f] == [{"step": 1, "indices": [5, 7]}, {"step": 2, "indices": [1, 2]}]
+        records = [json.loads(line) for line in f]
+    assert [{k: r[k] for k in ("step", "indices")} for r in records] == [
+        {"step": 1, "indices": [5, 7]},
+        {"step": 2, "indices": [1, 2]},
+    ]
+    # The pixels the model saw (no input hooks here: the batch itself), fingerprinted per micro-batch.
+    assert [r["pixels"] for r in records] == [hashlib.sha1(p.numpy().tobytes()).hexdigest()[:16] for p in pixels]
 
 
 def test_no_trace_unless_asked(make_trainer, tmp_path):
@@ -128,3 +137,12 @@ def test_evaluation_files_the_per_class_results_under_each_metric_prefix(make_tr
         assert sum(report["images_per_class"]) == 12 and report["images_per_class"] == [4, 4, 4]
         correct = sum(report["confusion_matrix"][i][i] for i in range(3))
         assert metrics[f"{prefix}_accuracy"] == correct / 12
+
+
+def test_the_ema_leaves_out_the_steps_the_nonfinite_policy_skips(make_trainer):
+    from hf_vit_scaling.regularization.ema import EMACallback
+
+    ema = EMACallback(0.9)
+    trainer = make_trainer(ema=ema, nonfinite_policy="skip")
+    trainer.nonfinite.check(torch.tensor(float("nan")))  # step 1 skipped on every rank
+    assert ema.skipped_steps == trainer.nonfinite.skipped_steps == [1]

@@ -1,0 +1,39 @@
+"""Every rank draws its own augmentation, reproducibly from the seed (`training.seeding`).
+
+Two processes train on a folder of one image copied many times, so the pixels the model sees on a rank differ from
+the other rank's only through the random draws (crop, flip, RandAugment, erasing, Mixup/CutMix). `--trace_samples`
+records, per rank and step, a fingerprint of the pixels after every input hook. Under sequence parallelism the ranks
+of one group must draw alike: that half is checked by test_sequence_parallel_launched.py on its run."""
+
+import pytest
+
+from tests.helpers.builders import smooth_image
+from tests.helpers.launchers import run_recipe, sample_trace
+
+STEPS = 4
+AUGMENTED = [
+    "--train_dir", None, "--image_size", "16", "--random_resized_crop", "true", "--horizontal_flip", "true",
+    "--rand_augment", "rand-m9-mstd0.5", "--random_erasing", "0.25", "--mixup_alpha", "0.8", "--cutmix_alpha", "1.0",
+    "--drop_path_rate", "0.1", "--trace_samples", "true", "--max_steps", str(STEPS), "--eval_strategy", "no",
+    "--per_device_train_batch_size", "8",
+]  # fmt: skip
+
+
+def one_image_folder(root, copies: int = 24):
+    image = smooth_image(32, 32, seed=3)
+    for label in ("a", "b"):
+        (root / label).mkdir(parents=True)
+        for i in range(copies):
+            image.save(root / label / f"{i}.png")
+    return root
+
+
+@pytest.mark.distributed
+def test_two_ranks_draw_different_augmentations_of_the_same_image(tmp_path):
+    args = [str(one_image_folder(tmp_path / "images")) if a is None else a for a in AUGMENTED]
+    out = tmp_path / "out"
+    run_recipe(out, *args, launcher="torchrun", nproc=2)
+    trace = sample_trace(out)
+    for step in range(1, STEPS + 1):
+        rank0, rank1 = trace[(0, step)]["pixels"], trace[(1, step)]["pixels"]
+        assert rank0 != rank1, f"step {step}: both ranks augmented their identical images identically"
