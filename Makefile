@@ -12,7 +12,7 @@ NUM_PROCESSES ?= $(shell if command -v nvidia-smi >/dev/null 2>&1; then \
 	else n=$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$$n" -gt 0 ] && echo $$n || echo 1; fi; \
 	else echo 2; fi)
 
-.PHONY: install train medical test test-fast test-unit style quality clean
+.PHONY: install train medical test test-fast test-unit style quality clean gpu-check
 
 install: $(VENV)/.installed
 
@@ -55,6 +55,14 @@ style: install
 quality: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# Every GPU measurement in one run of at most 9 minutes (docs/gpu.md): `make gpu-check OUT=folder` on the GPU
+# machine, `make gpu-check DRY_RUN=1 OUT=folder` anywhere (the same code path on the CPU, tiny model, ~2 minutes).
+# No `install` dependency: the GPU machine has torch in its system python3 and no network (make install would try to
+# download torch); the script itself installs deepspeed, datasets and evaluate from .whl/ when they are missing.
+OUT ?= outputs/gpu-check
+gpu-check:
+	$(if $(wildcard $(PY)),$(PY),python3) benchmarks/gpu_check.py --output_dir $(OUT) $(if $(filter 1,$(DRY_RUN)),--dry_run)
 
 clean:
 	rm -rf outputs .pytest_cache .ruff_cache

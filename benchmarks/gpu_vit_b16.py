@@ -23,14 +23,16 @@ import sys
 import time
 from pathlib import Path
 
-from hf_vit_scaling.throughput.schema import load_throughput_report
-
 REPO = Path(__file__).resolve().parents[1]
 
 
-def cell_command(args, ds_config: str, input_path: str, out: str) -> list[str]:
+def cell_command(
+    args, ds_config: str | None, input_path: str, out: str, launcher: list[str] | None = None
+) -> list[str]:
+    """One cell's recipe command. `ds_config` None: no DeepSpeed (the plain Trainer); `launcher`: what starts the
+    recipe (default this Python, one process; benchmarks/gpu_check.py passes torchrun for FSDP2)."""
     cmd = [
-        sys.executable,
+        *(launcher or [sys.executable]),
         str(REPO / "recipes" / "train_vit.py"),
         "--output_dir",
         out,
@@ -44,8 +46,6 @@ def cell_command(args, ds_config: str, input_path: str, out: str) -> list[str]:
         str(args.warmup),
         "--input_path",
         input_path,
-        "--ds_config",
-        str(REPO / "ds_configs" / ds_config),
         *"--eval_strategy no --save_strategy no --report_to none --disable_tqdm true".split(),
         "--logging_steps",
         str(args.steps),
@@ -56,6 +56,8 @@ def cell_command(args, ds_config: str, input_path: str, out: str) -> list[str]:
         "--learning_rate",
         "1e-4",
     ]
+    if ds_config:
+        cmd += ["--ds_config", str(REPO / "ds_configs" / ds_config)]
     if args.image_size:
         cmd += ["--image_size", str(args.image_size)]
     if args.bf16:
@@ -63,6 +65,29 @@ def cell_command(args, ds_config: str, input_path: str, out: str) -> list[str]:
     if not args.cpu_smoke:
         cmd += ["--optim", "adamw_torch_fused", "--dataloader_persistent_workers", "true"]
     return cmd
+
+
+def read_cell(out: str) -> dict:
+    """The figures of one finished run, from its throughput.json (the recipe's own report)."""
+    # Imported here, not at the top: benchmarks/gpu_check.py imports this module before it has made sure the
+    # package's dependencies (deepspeed, datasets) are installed, and the package's loader pulls them in.
+    from hf_vit_scaling.throughput.schema import load_throughput_report
+
+    report = load_throughput_report(os.path.join(out, "throughput.json"))
+    return dict(
+        images_per_s=report["throughput"]["images_per_s"],
+        tflops_per_device=report["flops"]["achieved_tflops_per_device"],
+        mfu=report["flops"]["mfu"],
+        peak_tflops=report["flops"]["peak_tflops_per_device"],
+        peak_source=report["flops"]["peak_source"],
+        data_wait_fraction=report["step_time_s"]["data_wait_fraction"],
+        step_time_s=report["step_time_s"]["mean"],
+        memory_bytes=report["memory"]["max_bytes"],
+        memory_kind=report["memory"]["kind"],
+        memory_gib=report["memory"]["max_bytes"] / 2**30,
+        device=report["setup"]["devices"][0],
+        world_size=report["setup"]["world_size"],
+    )
 
 
 def main():
@@ -99,16 +124,7 @@ def main():
             )
             row = {"ds_config": stage, "input_path": input_path, "status": "ok" if proc.returncode == 0 else "failed"}
             if proc.returncode == 0:
-                report = load_throughput_report(os.path.join(out, "throughput.json"))
-                row.update(
-                    images_per_s=report["throughput"]["images_per_s"],
-                    tflops_per_device=report["flops"]["achieved_tflops_per_device"],
-                    mfu=report["flops"]["mfu"],
-                    peak_source=report["flops"]["peak_source"],
-                    data_wait_fraction=report["step_time_s"]["data_wait_fraction"],
-                    memory_gib=report["memory"]["max_bytes"] / 2**30,
-                    device=report["setup"]["devices"][0],
-                )
+                row.update(read_cell(out))
             else:
                 row["error"] = proc.stderr.strip().splitlines()[-1][:200] if proc.stderr.strip() else "unknown"
             rows.append(row)

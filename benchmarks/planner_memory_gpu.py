@@ -48,6 +48,39 @@ def load_planner():
     )
 
 
+def predict(
+    planner,
+    name: str,
+    image_size: int,
+    batch: int,
+    precision: str,
+    checkpointing: bool = False,
+    engine: str = "ddp",
+    world_size: int = 1,
+    ds_configs: dict | None = None,
+    num_labels: int = 10,
+) -> dict:
+    """The planner's peak and static bytes per rank for `engine` (`planning.shapes.ENGINES`) on `world_size` ranks;
+    `planner` is what `load_planner` returns, `ds_configs` the ZeRO engines' JSON (`shapes.read_ds_configs`).
+
+    One process without DeepSpeed or FSDP (engine "ddp", world 1) is not wrapped in DDP at all (the Trainer wraps only
+    a distributed run), so DDP's gradient buckets (4Ψ), which the planner's DDP estimate holds, are taken off."""
+    shapes, memory, models = planner
+    shape = shapes.vit_shape(models.MODEL_PRESETS[name], image_size=image_size, num_labels=num_labels)
+    settings = memory.PlanSettings(
+        shape=shape,
+        per_device_batch=batch,
+        gpus_per_node=world_size,
+        precision=precision,
+        gradient_checkpointing=checkpointing,
+        gpu_memory_bytes=141 * shapes.GiB,
+        ds_configs=ds_configs or {},
+    )
+    estimate = memory.engine_memory(engine, settings)
+    buckets = 4 * shape.num_parameters if engine == "ddp" and world_size == 1 else 0
+    return {"peak": estimate.peak - buckets, "static": estimate.phases["static"] - buckets}
+
+
 def measure(preset: dict, image_size: int, batch: int, precision: str, checkpointing: bool, device) -> dict:
     from transformers import ViTConfig, ViTForImageClassification
 
@@ -83,7 +116,7 @@ def measure(preset: dict, image_size: int, batch: int, precision: str, checkpoin
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", default=None)
+    parser.add_argument("--output", default=None, help="Also write the JSON printed at the end to this file.")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("error: no CUDA device. Fix: run this on a machine with a GPU.", file=sys.stderr)
@@ -92,27 +125,16 @@ def main() -> int:
     device = torch.device("cuda")
     rows = []
     for name, image_size, batch, precision, checkpointing in CONFIGS:
-        preset = models.MODEL_PRESETS[name]
-        shape = shapes.vit_shape(preset, image_size=image_size, num_labels=10)
-        settings = memory.PlanSettings(
-            shape=shape,
-            per_device_batch=batch,
-            gpus_per_node=1,
-            precision=precision,
-            gradient_checkpointing=checkpointing,
-            gpu_memory_bytes=141 * shapes.GiB,
-        )
-        predicted = memory.engine_memory("ddp", settings)
-        buckets = 4 * shape.num_parameters  # DDP's gradient buckets: not built by a single process
-        measured = measure(preset, image_size, batch, precision, checkpointing, device)
+        predicted = predict((shapes, memory, models), name, image_size, batch, precision, checkpointing)
+        measured = measure(models.MODEL_PRESETS[name], image_size, batch, precision, checkpointing, device)
         row = {
             "preset": name,
             "image_size": image_size,
             "batch": batch,
             "precision": precision,
             "gradient_checkpointing": checkpointing,
-            "predicted_peak": predicted.peak - buckets,
-            "predicted_static": predicted.phases["static"] - buckets,
+            "predicted_peak": predicted["peak"],
+            "predicted_static": predicted["static"],
             **{f"measured_{k}": v for k, v in measured.items()},
         }
         row["peak_error"] = round(row["predicted_peak"] / row["measured_peak"] - 1, 4)

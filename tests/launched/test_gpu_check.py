@@ -1,0 +1,160 @@
+"""`make gpu-check DRY_RUN=1`: the GPU check's whole code path on the CPU (benchmarks/gpu_check.py, docs/gpu.md), so
+the script that gets one 15-minute GPU window cannot rot: every item runs (prepared shards, the recipe under the plain
+Trainer, ZeRO-2, ZeRO-3 and FSDP2 on 2 processes, one compiled run, the synthetic floor) and writes figures of the
+right kinds into gpu_check.json and the table into gpu_check.md. Also: the wheel install the GPU machine needs, from a
+hand-made wheel (no network), and the make target's command line."""
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from tests.helpers.launchers import REPO, launch_env
+
+SCRIPT = REPO / "benchmarks" / "gpu_check.py"
+OK_RUNS = ("ddp-eager", "zero2-eager", "zero3-eager", "fsdp2-eager", "ddp-compiled")
+
+
+def load_gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gpu_check", module)  # dataclasses look their module up there
+    spec.loader.exec_module(sys.modules["gpu_check"])
+    return sys.modules["gpu_check"]
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu-check")
+    env = launch_env()
+    env.pop("OMP_NUM_THREADS")  # as `make gpu-check` runs it: each process takes the cores it finds
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--dry_run", "--output_dir", str(out)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, (
+        f"gpu_check --dry_run failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-4000:]}"
+    )
+    return out, json.loads((out / "gpu_check.json").read_text())
+
+
+def in_unit_interval(value, low_open: bool) -> bool:
+    return isinstance(value, float) and (0 < value if low_open else 0 <= value) and value <= 1
+
+
+@pytest.mark.distributed  # FSDP2 runs as 2 processes (torchrun)
+def test_dry_run_runs_every_part(dry_run):
+    _, result = dry_run
+    assert result["mode"] == "dry_run" and result["exit_code"] == 0
+    assert result["setup"]["status"] == "ok"
+    for part in ("a", "b", "c"):
+        assert result["parts"][part]["status"] == "ok", (part, result["parts"][part])
+        assert result["parts"][part]["complete"], (part, result["parts"][part])  # nothing skipped for lack of time
+    # planner_memory_gpu.py reads the CUDA allocator: skipped in the dry run, with the reason
+    assert result["parts"]["d"]["status"] == "skipped"
+    assert "GPU only" in result["items"]["planner-grid"]["reason"]
+    items = result["items"]
+    assert all(items[name]["status"] == "ok" for name in OK_RUNS), {n: items[n] for n in OK_RUNS}
+    for name in ("zero2-compiled", "zero3-compiled", "fsdp2-compiled"):  # one compiled run in the dry run
+        assert items[name]["status"] == "skipped" and "dry run" in items[name]["reason"]
+
+
+@pytest.mark.distributed
+def test_dry_run_figures_have_the_right_kinds(dry_run):
+    _, result = dry_run
+    items = result["items"]
+    for name in OK_RUNS:
+        f = items[name]["figures"]
+        assert isinstance(f["images_per_s"], float) and f["images_per_s"] > 0, name
+        assert in_unit_interval(f["mfu"], low_open=True) and f["peak_source"] == "matmul-probe", name
+        assert in_unit_interval(f["data_wait_fraction"], low_open=False), name
+        assert isinstance(f["floor_ratio"], float) and f["floor_ratio"] > 0, name
+        assert f["memory_kind"] == "rss_peak_bytes" and f["memory_bytes"] > 0, name
+        assert isinstance(f["predicted_peak_bytes"], int) and f["predicted_peak_bytes"] > 0, name
+        assert items[name]["input"] == "shards", name
+    assert items["fsdp2-eager"]["figures"]["world_size"] == 2
+    b = result["parts"]["b"]["figures"]
+    assert b["run"] == "ddp-compiled" and b["target"] == 0.05 and isinstance(b["passed"], bool)
+    assert in_unit_interval(b["data_wait_fraction"], low_open=False)
+    floor = items["floor"]["figures"]
+    for variant in ("eager", "compiled"):
+        assert floor[variant]["steps_per_s"] > 0 and floor[variant]["step_s"] > 0, variant
+        assert in_unit_interval(floor[variant]["mfu"], low_open=True), variant
+
+
+@pytest.mark.distributed
+def test_dry_run_writes_the_table_and_the_runs(dry_run):
+    out, result = dry_run
+    table = (out / "gpu_check.md").read_text()
+    assert "| part | run | status | images/s | MFU | data wait | step ms | x floor |" in table
+    rows = [
+        "| a | plain Trainer eager | ok |",
+        "| a | ZeRO-3 eager | ok |",
+        "| a | FSDP2 eager, 2 processes | ok |",
+        "| a | plain Trainer compiled | ok |",
+        "| b | data wait",
+        "| c | floor eager",
+        "| c | floor compiled",
+    ]
+    for row in rows:
+        assert row in table, row
+    for name in OK_RUNS:  # each run's folder, its report kept, its weights deleted
+        assert (out / "runs" / name / "throughput.json").is_file(), name
+        assert not list((out / "runs" / name).rglob("*.safetensors")), name
+    assert (out / "runs.tar.gz").is_file()
+
+
+def make_wheel(folder, name: str, version: str = "0.1"):
+    """A pure-Python wheel holding one module with VALUE = 42 (the format pip installs, written by hand)."""
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": "VALUE = 42\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{dist}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{dist}/RECORD"])
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        for member, text in files.items():
+            wheel.writestr(member, text)
+    return path
+
+
+def test_missing_modules_are_installed_from_the_wheels_folder(tmp_path, monkeypatch):
+    gpu_check = load_gpu_check()
+    wheels, site = tmp_path / "whl", tmp_path / "site"
+    wheels.mkdir()
+    wheel = make_wheel(wheels, "gpu_check_probe")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    result = gpu_check.ensure_packages(wheels, site, modules=("gpu_check_probe",))
+    assert result["status"] == "ok" and result["missing"] == ["gpu_check_probe"], result
+    assert result["installed"] == [wheel.name]
+    assert os.environ["PYTHONPATH"].split(os.pathsep)[:2] == [str(site), str(REPO)]
+    child = subprocess.run([sys.executable, "-c", "import gpu_check_probe; print(gpu_check_probe.VALUE)"],
+                           capture_output=True, text=True, env=dict(os.environ), cwd=tmp_path)  # fmt: skip
+    assert child.stdout.strip() == "42", child.stderr  # what the recipe's processes inherit
+
+
+def test_missing_modules_without_wheels_fail_with_the_fix(tmp_path):
+    gpu_check = load_gpu_check()
+    result = gpu_check.ensure_packages(tmp_path / "none", tmp_path / "site", modules=("gpu_check_absent",))
+    assert result["status"] == "failed" and "../shared/tools/device-wheels" in result["error"]
+    present = gpu_check.ensure_packages(tmp_path / "none", tmp_path / "site", modules=("json",))
+    assert present["status"] == "ok" and not (tmp_path / "site").exists()  # nothing to install, nothing installed
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.parametrize(("dry", "expected"), [(True, "--dry_run"), (False, "")])
+def test_make_target_runs_the_script_without_make_install(dry, expected):
+    args = ["make", "-n", "gpu-check", "OUT=/tmp/x"] + (["DRY_RUN=1"] if dry else [])
+    line = subprocess.run(args, cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    python = ".venv/bin/python" if (REPO / ".venv" / "bin" / "python").exists() else "python3"
+    assert line == f"{python} benchmarks/gpu_check.py --output_dir /tmp/x {expected}".strip()
+    # Where the venv is missing (the GPU machine), the system python3: no `make install`, which downloads torch.
+    bare = subprocess.run(["make", "-n", "gpu-check", "OUT=/tmp/x", "PY=/nonexistent/python"], cwd=REPO,
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    assert bare.startswith("python3 benchmarks/gpu_check.py --output_dir /tmp/x")
