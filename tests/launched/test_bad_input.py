@@ -1,8 +1,8 @@
 """Bad input: one clear message naming the flag or file and the fix, exit code 2, nothing passed off as a result.
 
-The one-process cases share one fresh process that runs the recipe's main() per case; one case also runs as its own
-`python recipes/train_vit.py` process; the refusals of --balance_batches and FSDP2 setups run 2 processes under
-torchrun."""
+The one-process cases share one fresh process that runs the recipe's main() per case, and one case also runs as its
+own `python recipes/train_vit.py` process (the exit status); the refusals of --balance_batches and FSDP2 setups share
+one torchrun launch of 2 processes, main() per case on each rank (the message comes once, from the main process)."""
 
 import json
 
@@ -17,7 +17,7 @@ from tests.helpers.launchers import (
     TINY_ARGS,
     error_lines,
     fsdp_args,
-    printed_json,
+    read_json,
     run_recipe,
     run_script,
 )
@@ -134,7 +134,12 @@ for name, argv in json.loads(open(sys.argv[2]).read()).items():
         except Exception as crash:  # a traceback where one error line belongs
             code = f"crashed: {crash!r}"
     results[name] = {"code": code, "stderr": err.getvalue()}
-print(json.dumps(results))
+with open(sys.argv[4].format(rank=os.environ.get("RANK", "0")), "w") as f:  # one file per rank
+    json.dump(results, f)
+
+from hf_vit_scaling.parallel.distributed import shutdown_distributed  # noqa: E402
+
+shutdown_distributed()  # a case may have started the process group; gloo must be done before exit
 """
 
 
@@ -149,27 +154,29 @@ def write_case_files(folder) -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def refusals(tmp_path_factory):
-    """{case: (result, output_dir, case folder)}: every case of CASES refused in one fresh process."""
-    root = tmp_path_factory.mktemp("bad_input")
-    argvs, folders = {}, {}
-    for i, (name, (make_args, _)) in enumerate(CASES.items()):
+def refuse_each(root, cases: dict, nproc: int = 1) -> tuple[list[dict], dict]:
+    """([{case: result} per rank], {case: output dir}): every case's argv (made in its own folder) run by the
+    recipe's main() in one launch of `nproc` fresh processes."""
+    argvs, outs = {}, {}
+    for i, (name, make_args) in enumerate(cases.items()):
         folder = root / f"case{i}"
         folder.mkdir()
         write_case_files(folder)
-        folders[name] = folder
-        argvs[name] = [
-            "--output_dir",
-            str(folder / "out"),
-            *TINY_ARGS,
-            *map(str, make_args(folder)),
-            "--max_steps",
-            "2",
-        ]
+        outs[name] = folder / "out"
+        argvs[name] = ["--output_dir", str(outs[name]), *TINY_ARGS, *map(str, make_args(folder)), "--max_steps", "2"]
     (root / "cases.json").write_text(json.dumps(argvs))
-    results = printed_json(run_script(root, "refuse_each.py", REFUSE_EACH, RECIPE, root / "cases.json", REPO))
-    return {name: (results[name], folders[name] / "out") for name in CASES}
+    results = str(root / "results.rank{rank}.json")
+    launcher = "torchrun" if nproc > 1 else "python"
+    run_script(root, "refuse_each.py", REFUSE_EACH, RECIPE, root / "cases.json", REPO, results, launcher=launcher,
+               nproc=nproc)  # fmt: skip
+    return [read_json(results.format(rank=rank)) for rank in range(nproc)], outs
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory):
+    """{case: (result, output_dir)}: every case of CASES refused in one fresh process."""
+    (results,), outs = refuse_each(tmp_path_factory.mktemp("bad_input"), {n: make for n, (make, _) in CASES.items()})
+    return {name: (results[name], outs[name]) for name in CASES}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -197,28 +204,36 @@ def test_the_process_exits_2_with_one_error_line(tmp_path):
     assert not out.exists() or list(out.rglob("*")) == []
 
 
+TWO_PROCESS_CASES = {
+    "zero3-balance": (["--ds_config", "ds_configs/zero3.json", "--balance_batches", "1,2"], "--balance_batches",
+                      ["ZeRO-3", "Fix: use ZeRO-2"]),
+    "share-count": (["--balance_batches", "1,2,3"], "--balance_batches",
+                    ["--balance_batches '1,2,3'", "one positive share per rank (2 ranks)"]),
+    "fsdp2-ema": ([*fsdp_args(), "--ema_decay", "0.99"], "--fsdp", ["--ema_decay", "only its shard",
+                                                                   "Fix: drop --ema_decay"]),
+    "fsdp2-calibrate": ([*fsdp_args(), "--balance_batches", "calibrate"], "--fsdp",
+                        ["calibrate", "Fix: pass explicit shares"]),
+    "fsdp2-offload-without-accelerator": (fsdp_args("fsdp2_offload"), "--fsdp",
+                                          ["cpu_offload", "no accelerator", "fsdp2.json"]),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def two_process_refusals(tmp_path_factory):
+    """Every case of TWO_PROCESS_CASES refused by the recipe's main() on each of 2 torchrun processes."""
+    cases = {name: (lambda folder, args=args: args) for name, (args, _, _) in TWO_PROCESS_CASES.items()}
+    return refuse_each(tmp_path_factory.mktemp("two_process"), cases, nproc=2)
+
+
 @pytest.mark.distributed
-@pytest.mark.parametrize(
-    "args, flag, expected",
-    [
-        (["--ds_config", "ds_configs/zero3.json", "--balance_batches", "1,2"], "--balance_batches",
-         ["ZeRO-3", "Fix: use ZeRO-2"]),
-        (["--balance_batches", "1,2,3"], "--balance_batches",
-         ["--balance_batches '1,2,3'", "one positive share per rank (2 ranks)"]),
-        ([*fsdp_args(), "--ema_decay", "0.99"], "--fsdp", ["--ema_decay", "only its shard", "Fix: drop --ema_decay"]),
-        ([*fsdp_args(), "--balance_batches", "calibrate"], "--fsdp", ["calibrate", "Fix: pass explicit shares"]),
-        (fsdp_args("fsdp2_offload"), "--fsdp", ["cpu_offload", "no accelerator", "fsdp2.json"]),
-    ],
-    ids=["zero3-balance", "share-count", "fsdp2-ema", "fsdp2-calibrate", "fsdp2-offload-without-accelerator"],
-)  # fmt: skip
-def test_two_process_setups_are_refused_before_loading(tmp_path, args, flag, expected):
-    out = tmp_path / "out"
-    proc = run_recipe(out, *args, "--max_steps", "2", launcher="torchrun", nproc=2, check=False)
-    assert proc.returncode != 0
-    errors = error_lines(proc.stderr, prefix=f"error: {flag}")
-    assert len(errors) == 1, proc.stderr[-3000:]  # printed once, by the main process
+@pytest.mark.parametrize("case", list(TWO_PROCESS_CASES))
+def test_two_process_setups_are_refused_before_loading(two_process_refusals, case):
+    (rank0, rank1), outs = two_process_refusals
+    _, flag, expected = TWO_PROCESS_CASES[case]
+    assert rank0[case]["code"] == rank1[case]["code"] == 2, (rank0[case], rank1[case])
+    errors = error_lines(rank0[case]["stderr"] + rank1[case]["stderr"], prefix=f"error: {flag}")
+    assert len(errors) == 1 and error_lines(rank1[case]["stderr"]) == [], rank1[case]  # once, by the main process
     for text in expected:
         assert text in errors[0], errors[0]
-    # torchrun prints its own ChildFailedError traceback for the exit code 2; the recipe itself must not crash.
-    assert 'train_vit.py", line' not in proc.stderr
-    assert not out.exists() or list(out.rglob("*")) == []
+    assert "Traceback" not in rank0[case]["stderr"] + rank1[case]["stderr"]
+    assert not outs[case].exists() or list(outs[case].rglob("*")) == []

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.builders import MIXED, make_image_folder
+from tests.helpers.engine_runs import ENGINE_STEPS
 from tests.helpers.launchers import (
     CLASSIFY_WITH_PIPELINE,
     DS_CONFIGS,
@@ -113,33 +114,20 @@ def safetensors_dtypes(tmp_path, path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def ds_config_runs(tmp_path_factory):
-    """{config: (output dir, args, error or None)}: a 2-process run per ds_config, then every saved model reloaded
-    and scored in one new process (one start-up for all, instead of one each)."""
-    root = tmp_path_factory.mktemp("ds_configs")
-    runs = {}
-    for ds_config in DS_CONFIG_FILES:
-        out = root / ds_config.stem
-        args = ["--ds_config", str(ds_config), "--max_steps", "30", "--logging_steps", "5", *SHORT_RUN]
-        try:
-            run_checked(out, *args, launcher="accelerate", nproc=2)
-            runs[ds_config] = (out, args, None)
-        except AssertionError as err:  # reported by that config's test; the others go on
-            runs[ds_config] = (out, args, err)
-    trained = [config for config, (_, _, err) in runs.items() if err is None]
-    scores = evaluate_saved_models(root, [runs[c][:2] for c in trained]) if trained else []
-    return {config: (*runs[config], dict(zip(trained, scores)).get(config)) for config in runs}
+def reloaded_scores(engine_runs, tmp_path_factory) -> dict:
+    """{ds_config: top-1 of its saved model reloaded in a new process}: every config's run (`engine_runs`), then every
+    saved model scored in one new process (one start-up for all, instead of one each)."""
+    runs = {config: engine_runs[config.stem] for config in DS_CONFIG_FILES}
+    scores = evaluate_saved_models(tmp_path_factory.mktemp("reload"), [(out, args) for out, _, args in runs.values()])
+    return dict(zip(runs, scores))
 
 
 @pytest.mark.parametrize("ds_config", DS_CONFIG_FILES, ids=[p.stem for p in DS_CONFIG_FILES])
-def test_every_ds_config_trains_saves_and_reloads(ds_config_runs, ds_config):
-    out, args, error, reloaded = ds_config_runs[ds_config]
-    if error is not None:
-        raise error
-
+def test_every_ds_config_trains_saves_and_reloads(engine_runs, reloaded_scores, ds_config):
+    out, _, _ = engine_runs[ds_config.stem]
     losses = logged_losses(out)
-    assert len(losses) == 6, losses
-    assert losses[-1] < losses[0], f"loss did not fall over 30 steps: {losses}"
+    assert len(losses) == ENGINE_STEPS, losses
+    assert losses[-1] < losses[0], f"loss did not fall over {ENGINE_STEPS} steps: {losses}"
 
     for name in ("model.safetensors", "config.json", "preprocessor_config.json", "all_results.json", "README.md"):
         assert (out / name).is_file(), f"{name} missing from {sorted(p.name for p in out.iterdir())}"
@@ -152,8 +140,8 @@ def test_every_ds_config_trains_saves_and_reloads(ds_config_runs, ds_config):
     assert setup["world_size"] == 2
     assert setup["zero_stage"] == config_stage(ds_config)
 
-    results = read_json(out / "all_results.json")
-    assert reloaded["n"] == results["eval_samples"] == int(EVAL_SAMPLES)
+    results, reloaded = read_json(out / "all_results.json"), reloaded_scores[ds_config]
+    assert reloaded["n"] == results["eval_samples"] == 64
     assert math.isclose(reloaded["accuracy"], results["eval_accuracy"], abs_tol=1 / reloaded["n"] + 1e-9), (
         f"reloaded model scores {reloaded['accuracy']}, the run reported {results['eval_accuracy']}"
     )
@@ -225,16 +213,6 @@ def test_zero0_one_process_matches_plain_trainer(tmp_path):
     assert read_json(tmp_path / "zero0" / "all_results.json")["eval_loss"] == pytest.approx(
         read_json(tmp_path / "plain" / "all_results.json")["eval_loss"], rel=1e-5
     )
-
-
-def test_same_seed_gives_the_same_initial_model(tmp_path):
-    """Two plain runs with the same --seed start from the same weights (the recipe seeds before building the model),
-    so their first-step losses agree; test_zero0_one_process_matches_plain_trainer relies on it."""
-    first_losses = []
-    for name in ("a", "b"):
-        run_checked(tmp_path / name, "--max_steps", "1", "--logging_steps", "1", *SHORT_RUN)
-        first_losses.append(logged_losses(tmp_path / name)[0])
-    assert first_losses[0] == pytest.approx(first_losses[1], rel=1e-6), first_losses
 
 
 # --------------------------------------------------------------------------- 4. no launcher + DeepSpeed
@@ -321,9 +299,8 @@ def test_recipe_copied_elsewhere_runs(tmp_path):
 # --------------------------------------------------------------------------- 7. plain DDP
 
 
-def test_plain_ddp_two_processes(tmp_path):
-    out = tmp_path / "out"
-    proc = run_checked(out, "--max_steps", "20", "--logging_steps", "5", *SHORT_RUN, launcher="torchrun", nproc=2)
+def test_plain_ddp_two_processes(engine_runs):
+    out, proc, _ = engine_runs["ddp"]
     setup = throughput_setup(out)
     assert setup["world_size"] == 2
     assert setup["zero_stage"] is None

@@ -69,6 +69,10 @@ def test_plain_trainer_resume_restores_every_tensor(uninterrupted, tmp_path):
     run_recipe(out, *COMMON, "--max_steps", str(SAVE_EVERY))
     saved = load_file(out / "checkpoint-6" / "model.safetensors")
     assert any(".encoder.layer." in key for key in saved)  # transformers' original format, converted on load
+    # Two runs with the same --seed start from the same weights and data (the recipe seeds before building the
+    # model): the 6-step run's losses are the 12-step run's first 6, to the bit.
+    first_six = list(range(1, SAVE_EVERY + 1))
+    assert [losses_by_step(out)[s] for s in first_six] == [losses_by_step(uninterrupted)[s] for s in first_six]
     resumed = run_recipe(out, *COMMON, "--max_steps", str(STEPS), "--resume_from_checkpoint", out / "checkpoint-6")
     assert MISSING_KEYS_WARNING not in resumed.stderr + resumed.stdout
     assert_same_run(uninterrupted, out)

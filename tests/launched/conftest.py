@@ -1,0 +1,11 @@
+"""Fixtures of the launched tests: `engine_runs` (tests/helpers/engine_runs.py), one run per engine, made on
+first use and shared by every test that checks it."""
+
+import pytest
+
+from tests.helpers.engine_runs import EngineRuns
+
+
+@pytest.fixture(scope="session")
+def engine_runs(tmp_path_factory) -> EngineRuns:
+    return EngineRuns(tmp_path_factory)
