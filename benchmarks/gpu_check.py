@@ -160,7 +160,9 @@ DRY_RUN = Settings(
     # compile costs ~30 s of a 2-core CPU.
     compiled_engines=("ddp",),
     compile_backend="aot_eager",
-    budget_s=170,
+    # A cap, not the target (about 2 minutes on 2 idle cores): on a loaded CI machine, or where DeepSpeed builds
+    # its CPU op for the first time, the same items take longer and must still all run.
+    budget_s=420,
     times={
         "setup": (5, 60),
         "shards": (10, 60),
@@ -547,7 +549,8 @@ class Check:
         info = {"engine": engine.name, "label": engine.label, "compiled": compiled, "processes": engine.processes}
         if compiled and engine.name not in s.compiled_engines:
             reason = (
-                "dry run: only the plain Trainer runs compiled (3-minute budget); the engine flags are checked eager"
+                "dry run: only the plain Trainer runs compiled (a compile costs ~30 s of CPU); the engine flags are "
+                "checked eager"
             )
             return self.not_applicable(name, "a", reason, **info)
         if not runs_here(s, engine):
@@ -885,7 +888,10 @@ def parse(argv=None) -> argparse.Namespace:
         help="The same items on the CPU: vit-tiny-cpu at 16 px, fp32, a few steps (CI's check).",
     )
     parser.add_argument(
-        "--budget_s", type=float, default=None, help="Total seconds for every item (default 515 on the GPU, 170 dry)."
+        "--budget_s",
+        type=float,
+        default=None,
+        help="Total seconds for every item (default 515 on the GPU; 420 dry, a cap: the dry run takes ~2 minutes).",
     )
     parser.add_argument(
         "--only",

@@ -69,7 +69,9 @@ def test_dry_run_figures_have_the_right_kinds(dry_run):
     for name in OK_RUNS:
         f = items[name]["figures"]
         assert isinstance(f["images_per_s"], float) and f["images_per_s"] > 0, name
-        assert in_unit_interval(f["mfu"], low_open=True) and f["peak_source"] == "matmul-probe", name
+        # On a CPU the peak is a matmul timed at the start of the run, on cores the test shares: a compiled run
+        # timed at a quieter moment can pass it. A GPU's peak comes from its table: there MFU is in (0, 1].
+        assert isinstance(f["mfu"], float) and f["mfu"] > 0 and f["peak_source"] == "matmul-probe", name
         assert in_unit_interval(f["data_wait_fraction"], low_open=False), name
         assert isinstance(f["floor_ratio"], float) and f["floor_ratio"] > 0, name
         assert f["memory_kind"] == "rss_peak_bytes" and f["memory_bytes"] > 0, name
@@ -82,7 +84,7 @@ def test_dry_run_figures_have_the_right_kinds(dry_run):
     floor = items["floor"]["figures"]
     for variant in ("eager", "compiled"):
         assert floor[variant]["steps_per_s"] > 0 and floor[variant]["step_s"] > 0, variant
-        assert in_unit_interval(floor[variant]["mfu"], low_open=True), variant
+        assert isinstance(floor[variant]["mfu"], float) and floor[variant]["mfu"] > 0, variant
 
 
 @pytest.mark.distributed
@@ -150,11 +152,13 @@ def test_missing_modules_without_wheels_fail_with_the_fix(tmp_path):
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 @pytest.mark.parametrize(("dry", "expected"), [(True, "--dry_run"), (False, "")])
 def test_make_target_runs_the_script_without_make_install(dry, expected):
-    args = ["make", "-n", "gpu-check", "OUT=/tmp/x"] + (["DRY_RUN=1"] if dry else [])
+    # --no-print-directory: under `make test` this make is nested and would print "make[1]: Entering directory".
+    args = ["make", "--no-print-directory", "-n", "gpu-check", "OUT=/tmp/x"] + (["DRY_RUN=1"] if dry else [])
     line = subprocess.run(args, cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
     python = ".venv/bin/python" if (REPO / ".venv" / "bin" / "python").exists() else "python3"
     assert line == f"{python} benchmarks/gpu_check.py --output_dir /tmp/x {expected}".strip()
     # Where the venv is missing (the GPU machine), the system python3: no `make install`, which downloads torch.
-    bare = subprocess.run(["make", "-n", "gpu-check", "OUT=/tmp/x", "PY=/nonexistent/python"], cwd=REPO,
+    bare = subprocess.run(["make", "--no-print-directory", "-n", "gpu-check", "OUT=/tmp/x", "PY=/nonexistent/python"],
+                          cwd=REPO,
                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     assert bare.startswith("python3 benchmarks/gpu_check.py --output_dir /tmp/x")
