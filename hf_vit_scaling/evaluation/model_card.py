@@ -3,6 +3,7 @@ throughput report (`throughput.json`), the training speed measured on this hardw
 
 import os
 
+from hf_vit_scaling.throughput.report import format_value
 from hf_vit_scaling.throughput.schema import REPORT_FILENAME, load_throughput_report
 
 CARD_TEMPLATE = """---
@@ -63,14 +64,6 @@ PEAK_SOURCES = {
 }
 
 
-def _gib(n_bytes) -> str:
-    return "n/a" if n_bytes is None else f"{n_bytes / 2**30:.2f} GiB"
-
-
-def _number(value, spec: str) -> str:
-    return "n/a" if value is None else format(value, spec)
-
-
 def speed_rows(report: dict) -> dict:
     """The card's "Training speed" rows from a throughput report (`throughput.json`, schema in
     `throughput.schema`): warm-up steps excluded, images/s of the slowest rank's measured time. A run with no step
@@ -78,13 +71,14 @@ def speed_rows(report: dict) -> dict:
     setup, speed, flops, memory = report["setup"], report["throughput"], report["flops"], report["memory"]
     peak, source = flops["peak_tflops_per_device"], PEAK_SOURCES.get(flops["peak_source"], flops["peak_source"])
     kind = "allocated" if memory["kind"] == "allocated_peak_bytes" else "resident (RSS)"
+    gib = None if memory["max_bytes"] is None else memory["max_bytes"] / 2**30
     versions = ", ".join(f"{name} {version}" for name, version in (setup["versions"] or {}).items() if version)
     return {
-        "images/s (all devices)": _number(speed["images_per_s"], ".1f"),
-        "images/s per device": _number(speed["images_per_s_per_device"], ".1f"),
-        "MFU": _number(flops["mfu"], ".1%"),
+        "images/s (all devices)": format_value(speed["images_per_s"], ".1f"),
+        "images/s per device": format_value(speed["images_per_s_per_device"], ".1f"),
+        "MFU": format_value(flops["mfu"], ".1%"),
         "MFU peak": "n/a" if peak is None else f"{peak:.3g} TFLOP/s per device, {source}",
-        "peak memory per device": f"{_gib(memory['max_bytes'])} {kind}",
+        "peak memory per device": f"{format_value(gib, '.2f', ' GiB')} {kind}",
         "measured": f"{speed['steps_measured'] or 0} steps after {speed['warmup_steps']} warm-up steps",
         "hardware": f"{setup['world_size']} x {', '.join(setup['devices'] or ['?'])} on {setup['num_nodes']} node(s)",
         "versions": versions or "n/a",

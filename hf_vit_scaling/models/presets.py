@@ -6,12 +6,12 @@ import re
 
 import torch
 from huggingface_hub.errors import EntryNotFoundError
-from safetensors.torch import load_file
 from transformers import AutoModelForImageClassification, ViTConfig, ViTForImageClassification
 from transformers.utils import cached_file, is_torchvision_available
 
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.log import logger
+from hf_vit_scaling.models.weights import read_state_dict, some_keys
 
 # Standard sizes: ViT-B/L/H from Dosovitskiy et al. 2021 (Table 1), Ti/S from DeiT (Touvron et al. 2021).
 # vit-tiny-cpu is CPU-sized, for tests and the README's main job: 32 px, patch 4 -> 64 patches + CLS = 65 tokens.
@@ -173,12 +173,7 @@ def load_backbone_state_dict(
 ) -> dict:
     """The checkpoint's weights (safetensors, or `weights_only` torch loading), without its classification head
     unless `keep_head`."""
-    state_dict = {}
-    for path in _checkpoint_files(name_or_path, revision, cache_dir):
-        if path.endswith(".safetensors"):
-            state_dict.update(load_file(path))
-        else:
-            state_dict.update(torch.load(path, map_location="cpu", weights_only=True))
+    state_dict = read_state_dict(_checkpoint_files(name_or_path, revision, cache_dir))
     return {k: v for k, v in state_dict.items() if keep_head or not k.startswith(HEAD_PREFIXES)}
 
 
@@ -244,11 +239,6 @@ def load_model_for_finetuning(
     return model
 
 
-def _some(keys) -> str:
-    keys = sorted(keys)
-    return ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
-
-
 def check_finetuning_load(name_or_path: str, info: dict, new_head: bool) -> None:
     """Every tensor of the model came from the checkpoint, except a new head (label maps differ; logged). A tensor
     the classification model has no place for stops the load too, except a `ViTModel`'s pooler (the pre-logits layer
@@ -258,7 +248,7 @@ def check_finetuning_load(name_or_path: str, info: dict, new_head: bool) -> None
     unexpected = set(info["unexpected_keys"])
     pooler = {key for key in unexpected if re.search(r"(^|\.)pooler\.", key)}
     problems = [
-        f"{len(keys)} {what}: {_some(keys)}"
+        f"{len(keys)} {what}: {some_keys(keys)}"
         for what, keys in (
             ("tensor(s) of the model missing", missing - head),
             ("tensor(s) the model does not have", unexpected - pooler),
@@ -273,11 +263,13 @@ def check_finetuning_load(name_or_path: str, info: dict, new_head: bool) -> None
         )
     if head:
         logger.info(
-            f"{name_or_path} was trained on other classes: a new classification head ({_some(head)}) is initialised; "
-            "every other tensor comes from the checkpoint."
+            f"{name_or_path} was trained on other classes: a new classification head ({some_keys(head)}) is "
+            "initialised; every other tensor comes from the checkpoint."
         )
     if pooler:
-        logger.info(f"{name_or_path}: its pooler ({_some(pooler)}) is left out (ViTForImageClassification has none).")
+        logger.info(
+            f"{name_or_path}: its pooler ({some_keys(pooler)}) is left out (ViTForImageClassification has none)."
+        )
 
 
 def count_parameters(model: torch.nn.Module) -> int:

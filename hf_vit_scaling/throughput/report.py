@@ -1,8 +1,12 @@
 """The throughput report as the table the main process prints once at the end of training."""
 
 
-def _fmt(value, spec: str = ".3g", unit: str = "") -> str:
+def format_value(value, spec: str = ".3g", unit: str = "") -> str:
+    """`value` formatted with `spec` and `unit`, or "n/a" for a figure that was not measured (null in the report)."""
     return "n/a" if value is None else f"{value:{spec}}{unit}"
+
+
+_fmt = format_value  # the short name the table rows below use
 
 
 def _sync_and_optimizer(step: dict) -> str:

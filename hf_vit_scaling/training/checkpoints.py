@@ -31,6 +31,7 @@ import subprocess
 import sys
 
 from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.models.weights import read_state_dict, some_keys
 
 MARKER = "checkpoint_complete.json"
 LATEST = "latest"  # --resume_from_checkpoint latest: the newest complete checkpoint in output_dir
@@ -229,8 +230,6 @@ def prepare_world_size_change(folder: str, training_args, world_size: int, is_ma
 
 # ---------------------------------------------------------------- a checkpoint's model weights, loaded strictly
 
-SHOWN_KEYS = 3  # an error names this many keys of each kind, then says how many more
-
 
 def model_weight_files(folder: str) -> list[str]:
     """The files holding a checkpoint's model weights: model.safetensors, else pytorch_model.bin, each possibly
@@ -247,20 +246,6 @@ def model_weight_files(folder: str) -> list[str]:
             return [os.path.join(folder, shard) for shard in shards]
         return [path]
     return []
-
-
-def read_state_dict(files: list[str]) -> dict:
-    """Every tensor of `files` on the CPU (safetensors, or `weights_only` torch loading)."""
-    import torch
-    from safetensors.torch import load_file
-
-    state_dict = {}
-    for path in files:
-        if path.endswith(".safetensors"):
-            state_dict.update(load_file(path, device="cpu"))
-        else:
-            state_dict.update(torch.load(path, map_location="cpu", weights_only=True))
-    return state_dict
 
 
 def converted_state_dict(model, state_dict: dict) -> dict:
@@ -299,12 +284,6 @@ def converted_state_dict(model, state_dict: dict) -> dict:
     return converted
 
 
-def _some(keys) -> str:
-    keys = sorted(keys)
-    more = f" and {len(keys) - SHOWN_KEYS} more" if len(keys) > SHOWN_KEYS else ""
-    return ", ".join(keys[:SHOWN_KEYS]) + more
-
-
 def state_dict_problems(expected: dict, loaded: dict) -> str | None:
     """None when `loaded` (converted) holds exactly the tensors of `expected` (name -> tensor) with their shapes, else
     what differs, in one line: the first few keys of each kind."""
@@ -316,7 +295,7 @@ def state_dict_problems(expected: dict, loaded: dict) -> str | None:
         if tuple(loaded[key].shape) != tuple(expected[key].shape)
     }
     problems = [
-        f"{len(found)} {what}: {_some(found)}"
+        f"{len(found)} {what}: {some_keys(found)}"
         for what, found in (
             ("tensor(s) of the model missing", missing),
             ("tensor(s) the model does not have", unexpected),
