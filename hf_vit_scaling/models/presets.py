@@ -32,10 +32,15 @@ HEAD_PREFIXES = ("classifier.",)
 
 
 def label_maps(label_names: list[str]) -> dict:
+    """The config's classes, and its problem type: the recipe trains single-label classifiers on integer labels.
+    Left unset, transformers' loss writes `config.problem_type` on the first training forward
+    (`ForSequenceClassificationLoss`); under --torch_compile that write fails the compiled graph's guard
+    (`config.problem_type is None`) and the whole model is compiled a second time at step 2."""
     return {
         "num_labels": len(label_names),
         "id2label": {i: name for i, name in enumerate(label_names)},
         "label2id": {name: i for i, name in enumerate(label_names)},
+        "problem_type": "single_label_classification",
     }
 
 

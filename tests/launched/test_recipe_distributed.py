@@ -18,7 +18,6 @@ import pytest
 from tests.helpers.builders import MIXED, make_image_folder
 from tests.helpers.engine_runs import ENGINE_STEPS
 from tests.helpers.launchers import (
-    CLASSIFY_WITH_PIPELINE,
     DS_CONFIGS,
     RECIPE,
     REPO,
@@ -95,21 +94,6 @@ def evaluate_saved_models(tmp_path, runs: list[tuple]) -> list[dict]:
     return printed_json(run_script(tmp_path, "evaluate_saved_models.py", EVALUATE_SAVED_MODELS, json.dumps(runs)))
 
 
-SAFETENSORS_DTYPES = """
-import json
-import sys
-
-from safetensors import safe_open
-
-with safe_open(sys.argv[1], framework="pt") as f:
-    print(json.dumps(sorted({str(f.get_tensor(k).dtype) for k in f.keys()})))
-"""
-
-
-def safetensors_dtypes(tmp_path, path) -> list[str]:
-    return printed_json(run_script(tmp_path, "safetensors_dtypes.py", SAFETENSORS_DTYPES, path))
-
-
 # --------------------------------------------------------------------------- 1. every ds_config, 2 processes
 
 
@@ -147,45 +131,8 @@ def test_every_ds_config_trains_saves_and_reloads(engine_runs, reloaded_scores, 
     )
 
 
-# --------------------------------------------------------------------------- 2. ZeRO-3 + bf16 -> pipeline
-
-
-# One launch: 2 processes (the single-process DeepSpeed path is covered by test_no_launcher_with_zero2; keeping the
-# suite under its CI budget).
-@pytest.mark.parametrize("launcher,nproc", [("torchrun", 2)], ids=["torchrun-2"])
-def test_zero3_bf16_saves_bf16_weights_that_a_pipeline_loads(tmp_path, launcher, nproc):
-    # torchrun-2 builds the model under deepspeed.zero.Init with 2 ranks: it fails ("train_batch_size is not equal
-    # to micro_batch_per_gpu * gradient_acc_step * world_size 32 != 16 * 1 * 1") unless deepspeed.comm is
-    # initialised before the model is built.
-    out = tmp_path / "out"
-    run_checked(
-        out,
-        "--ds_config",
-        str(DS_CONFIGS / "zero3.json"),
-        "--bf16",
-        "true",
-        "--max_steps",
-        "20",
-        "--logging_steps",
-        "5",
-        *SHORT_RUN,
-        launcher=launcher,
-        nproc=nproc,
-    )
-    setup = throughput_setup(out)
-    assert (setup["world_size"], setup["zero_stage"], setup["precision"]) == (nproc, 3, "bf16")
-
-    # stage3_gather_16bit_weights_on_model_save: the full model is gathered and saved in the training dtype.
-    assert safetensors_dtypes(tmp_path, out / "model.safetensors") == ["torch.bfloat16"]
-
-    result = printed_json(run_script(tmp_path, "classify.py", CLASSIFY_WITH_PIPELINE, out))
-    labels = set(result["id2label"].values())
-    assert len(labels) == 10
-    assert result["predictions"], result
-    for prediction in result["predictions"]:
-        assert prediction["label"] in labels
-        assert 0.0 <= prediction["score"] <= 1.0
-    assert result["dtype"] == "torch.bfloat16"  # the pipeline keeps the saved dtype and still runs
+# --------------------------------------------------------------------------- 2. ZeRO-3 + bf16: with every engine's
+# bf16 in test_gpu_path_flags.py (2 processes under torchrun, bf16 weights saved, a pipeline loads them)
 
 
 # --------------------------------------------------------------------------- 3. ZeRO-0 == plain Trainer

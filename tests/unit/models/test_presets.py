@@ -7,7 +7,13 @@ from transformers import ViTForImageClassification
 
 from hf_vit_scaling.arguments.parse import parse_args
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.models.presets import MODEL_PRESETS, count_parameters, load_model_for_finetuning, preset_config
+from hf_vit_scaling.models.presets import (
+    MODEL_PRESETS,
+    build_model_from_preset,
+    count_parameters,
+    load_model_for_finetuning,
+    preset_config,
+)
 from tests.helpers.builders import save_tiny_pretrained_vit
 
 LABELS = [f"class_{i}" for i in range(7)]
@@ -57,6 +63,31 @@ def test_a_checkpoint_of_the_same_classes_keeps_its_head(tmp_path, labels, kept)
     model = load_model_for_finetuning(str(tmp_path / "ckpt"), labels)
     assert torch.equal(model.classifier.weight, original.classifier.weight) is kept
     assert torch.equal(model.vit.layernorm.weight, original.vit.layernorm.weight)  # the backbone either way
+
+
+@pytest.mark.parametrize("source", ["preset", "checkpoint"])
+def test_a_compiled_model_is_not_compiled_again_after_its_first_loss(tmp_path, source):
+    """The recipe's models say they are single-label classifiers. Left unset, `config.problem_type` is written by the
+    first forward's loss (transformers' ForSequenceClassificationLoss), which fails the guard dynamo put on it: the
+    whole model was compiled a second time at step 2 of every --torch_compile run (seen in the recipe's log with
+    TORCH_LOGS=recompiles: 'Recompiling ... 7/0: self.config.problem_type is None')."""
+    from torch._dynamo.testing import CompileCounter
+
+    if source == "preset":
+        model = build_model_from_preset(preset_config("vit-tiny-cpu", LABELS, image_size=16))
+    else:
+        save_tiny_pretrained_vit(tmp_path / "ckpt")  # saved without a problem type, as transformers saves it
+        model = load_model_for_finetuning(str(tmp_path / "ckpt"), LABELS)
+    assert model.config.problem_type == "single_label_classification"
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compiled = torch.compile(model.train(), backend=counter)
+    pixels, labels = torch.randn(2, 3, 16, 16), torch.tensor([0, 6])
+    compiled(pixel_values=pixels, labels=labels).loss.backward()
+    frames = counter.frame_count
+    compiled(pixel_values=pixels, labels=labels).loss.backward()
+    torch._dynamo.reset()
+    assert frames >= 1 and counter.frame_count == frames  # no frame compiled again
 
 
 def test_folder_without_config_is_rejected(tmp_path):
