@@ -48,7 +48,9 @@ from hf_vit_scaling.regularization.layer_decay import LayerDecayReport, layer_de
 from hf_vit_scaling.training.checkpoints import (
     load_model_weights,
     mark_checkpoint_complete,
+    needs_universal_checkpoint,
     newest_complete_checkpoint,
+    prepare_world_size_change,
 )
 from hf_vit_scaling.training.faults import FaultInjector
 from hf_vit_scaling.training.seeding import PerRankRandomness, pin_data_order_seed
@@ -386,6 +388,7 @@ class VitTrainer(Trainer):
         naming the keys (the last step's model is then still in memory and nothing more is saved)."""
         plain = self._plain_model()
         if plain is None:
+            self._match_universal_loading(self.state.best_model_checkpoint)
             return super()._load_best_model()
         best = self.state.best_model_checkpoint
         score = f"{self.args.metric_for_best_model} {self.state.best_metric}"
@@ -397,6 +400,19 @@ class VitTrainer(Trainer):
         )
         count = load_model_weights(plain, best, TrainingStopped, what, fix)
         logger.info(f"Loaded the best model, all {count} tensors, from {best} (score: {self.state.best_metric}).")
+
+    def _match_universal_loading(self, folder: str | None) -> None:
+        """DeepSpeed reads a checkpoint as universal whenever its config says so, for every load of the run. After a
+        resume on another world size (`prepare_world_size_change` turned it on), the best checkpoint, saved by this
+        run, was read as universal and the run failed at its end (`latest_universal does not exist`). Set per
+        checkpoint: on only for one saved by another number of processes (converted first)."""
+        if not self.is_deepspeed_enabled or folder is None:
+            return
+        stage, world = self.model_wrapped.zero_optimization_stage(), self.args.world_size
+        universal = needs_universal_checkpoint(folder, world, stage)
+        if universal:
+            logger.info(prepare_world_size_change(folder, self.args, world, self.is_world_process_zero()))
+        self.model_wrapped._config.load_universal_checkpoint = universal
 
     # ------------------------------------------------------------------ end of training
 

@@ -4,16 +4,20 @@ test_fsdp.py: every engine's loss at every step and trained weights equal plain 
 per test keeps `make test` within its budget.
 
 Every run: the same seed, data and schedule (tiny ViT at 16 px on the digits, 12 steps of 2 x 16 images, a loss
-logged at every step, one checkpoint at step 12, the final evaluation on 64 images), built from the preset, so the
+logged at every step, an evaluation on 64 images and a checkpoint every 3 steps), built from the preset, so the
 engines differ only in where parameters live and in summation order. DeepSpeed configs run under `accelerate
 launch` (the README's launcher), DDP and FSDP2 under torchrun."""
 
 from tests.helpers.launchers import DS_CONFIGS, RECIPE, TINY_ARGS, fsdp_args, launcher_cmd, run
 
 ENGINE_STEPS = 12
+# An evaluation and a checkpoint every 3 steps: test_conformance.py resumes from checkpoint-6, and a resumed run
+# keeps the checkpoint's save and evaluation intervals (the Trainer restores them from trainer_state.json).
+CHECK_EVERY = 3
 ENGINE_RUN_ARGS = [
     "--max_steps", str(ENGINE_STEPS), "--logging_steps", "1", "--save_strategy", "steps",
-    "--save_steps", str(ENGINE_STEPS), "--eval_strategy", "no", "--max_eval_samples", "64",
+    "--save_steps", str(CHECK_EVERY), "--eval_strategy", "steps", "--eval_steps", str(CHECK_EVERY),
+    "--max_eval_samples", "64",
     "--random_resized_crop", "false",
 ]  # fmt: skip
 ENGINES = {

@@ -1,0 +1,170 @@
+"""The conformance matrix: every engine resumes, accumulates, keeps its best model and fine-tunes as the reference
+says (docs/reliability.md has the table).
+
+Each engine's reference is its own uninterrupted 2-process run (`engine_runs`: 12 steps of 2 x 16 images, a
+checkpoint at steps 6 and 12), which test_fsdp.py already holds to plain DDP's losses and weights. One more run per
+engine checks the rest, resumed from that run's checkpoint-6:
+  - DDP and ZeRO 0-3 (with and without offload) resume on ONE process (DDP's whole checkpoint as the plain Trainer,
+    ZeRO 1-3 through DeepSpeed's universal checkpoint); FSDP2, which the recipe refuses on one process, resumes on 2;
+  - the same global batch of 32 as 2 micro-batches (gradient accumulation 2: 1 x 16 x 2, or 2 x 8 x 2 for FSDP2)
+    instead of one: the data order and loss are the reference's, so steps 7-12 must log its losses and checkpoint-12
+    must hold its final weights: (b) exact resume, (c) accumulation, (d) another world size at once;
+  - evaluation and a checkpoint every 3 steps, `--load_best_model_at_end` with the HIGHEST eval loss as "best", so
+    the best is checkpoint-9, not the last step: the final model must be exactly checkpoint-9's weights (e);
+  - (f): `--model_name_or_path` on each engine's saved model (the recipe's `load_model_for_finetuning`) loads every
+    encoder tensor as saved.
+A failure names the engine, the check and the first differing step or tensor.
+"""
+
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+from transformers import ViTConfig, ViTForImageClassification
+
+from hf_vit_scaling.models.presets import load_model_for_finetuning
+from tests.helpers.engine_runs import CHECK_EVERY, ENGINE_STEPS, ENGINES
+from tests.helpers.launchers import RECIPE, TINY_ARGS, launcher_cmd, read_json, run
+
+pytestmark = pytest.mark.distributed
+
+KEY_BIAS = ".attention.k_proj.bias"  # its true gradient is 0: AdamW steps on rounding noise (see test_fsdp.py)
+RESUME_AT = 6
+# The reference runs' eval loss is 2.404 at step 9 and 2.378 at step 12 (every engine: test_fsdp.py), so "higher is
+# better" makes checkpoint-9 the best: the final model is then an earlier checkpoint's, not the last step's.
+BEST_IS_HIGHER = "true"
+RESUMED_STEPS = list(range(RESUME_AT + 1, ENGINE_STEPS + 1))
+
+
+def resumes_on_one_process(engine: str) -> bool:
+    return not engine.startswith("fsdp2")
+
+
+def losses_by_step(output_dir, key: str = "loss") -> dict[int, float]:
+    history = read_json(output_dir / "trainer_state.json")["log_history"]
+    return {e["step"]: e[key] for e in history if key in e}
+
+
+def checkpoint_weights(folder, config_dir) -> dict[str, torch.Tensor]:
+    """A checkpoint's or a run's model weights under the model's own (in-memory) names, whatever the format:
+    model.safetensors (transformers' original key format), FSDP2's full `pytorch_model_fsdp.bin` or its sharded
+    (DCP) state made whole; loaded through `from_pretrained`'s key conversion, every key required."""
+    if (folder / "model.safetensors").is_file():
+        state = load_file(folder / "model.safetensors")
+    elif (folder / "pytorch_model_fsdp.bin").is_file():
+        state = torch.load(folder / "pytorch_model_fsdp.bin", weights_only=True)
+    else:
+        whole = folder / "whole_model.pt"
+        dcp_to_torch_save(folder / "pytorch_model_fsdp_0", whole)
+        state = torch.load(whole, weights_only=True)
+        state = state.get("model", state)
+    config = ViTConfig.from_pretrained(config_dir)
+    model, info = ViTForImageClassification.from_pretrained(None, config=config, state_dict=state,
+                                                            output_loading_info=True)  # fmt: skip
+    assert not info["missing_keys"] and not info["unexpected_keys"], f"{folder}: {info}"
+    return model.state_dict()
+
+
+def first_difference(expected: dict, got: dict, rtol: float, atol: float) -> str | None:
+    """The first tensor name (and its largest difference) where `got` differs from `expected`, or None."""
+    if expected.keys() != got.keys():
+        missing, extra = sorted(expected.keys() - got.keys()), sorted(got.keys() - expected.keys())
+        return f"other keys: missing {missing[:3]}, extra {extra[:3]}"
+    for name, tensor in expected.items():
+        if name.endswith(KEY_BIAS):
+            continue
+        if not torch.allclose(got[name], tensor, rtol=rtol, atol=atol):
+            return f"{name} (max |diff| {(got[name] - tensor).abs().max().item():.3g})"
+    return None
+
+
+@pytest.fixture(scope="module")
+def resumed_runs(engine_runs, tmp_path_factory):
+    """`resumed_runs[engine]` -> output folder of the engine's resumed run (see the module's docstring), made on
+    first use."""
+    done = {}
+
+    def get(engine: str):
+        if engine not in done:
+            reference, _, _ = engine_runs[engine]
+            out = tmp_path_factory.mktemp(f"resumed_{engine}")
+            shutil.copytree(reference / f"checkpoint-{RESUME_AT}", out / f"checkpoint-{RESUME_AT}")
+            launcher, engine_args = ENGINES[engine]
+            one = resumes_on_one_process(engine)
+            cmd = [
+                *launcher_cmd("python" if one else launcher, 1 if one else 2), RECIPE, "--output_dir", out,
+                *TINY_ARGS, *engine_args,
+                "--per_device_train_batch_size", "16" if one else "8", "--gradient_accumulation_steps", "2",
+                "--max_steps", str(ENGINE_STEPS), "--logging_steps", "1", "--random_resized_crop", "false",
+                "--eval_strategy", "steps", "--eval_steps", str(CHECK_EVERY), "--max_eval_samples", "64",
+                "--save_strategy", "steps", "--save_steps", str(CHECK_EVERY), "--load_best_model_at_end", "true",
+                "--metric_for_best_model", "loss", "--greater_is_better", BEST_IS_HIGHER,
+                "--resume_from_checkpoint", out / f"checkpoint-{RESUME_AT}",
+            ]  # fmt: skip
+            done[engine] = (out, run(cmd))
+        out, proc = done[engine]
+        assert proc.returncode == 0, f"{engine}: the resumed run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        return out, proc
+
+    return get
+
+
+# Found: DeepSpeed's universal checkpoint resumes ZeRO-3 (with the Trainer's torch AdamW) 2 -> 1 processes with the
+# weights exact (step 7's loss is the reference's) but the next updates off: rel. 1e-5 at step 8, 3e-4 by step 12,
+# with or without accumulation. ZeRO-3 resumed on the same 2 processes, ZeRO-3 + offload (DeepSpeed's CPU Adam) and
+# ZeRO 1-2 through the same universal path are exact. Strict: the test fails once it passes (an upstream fix).
+ZERO3_UNIVERSAL = pytest.mark.xfail(
+    strict=True, reason="ZeRO-3 universal-checkpoint resume drifts (docs/reliability.md)"
+)
+RESUME_ENGINES = [pytest.param(e, marks=ZERO3_UNIVERSAL) if e == "zero3" else e for e in ENGINES]
+
+
+@pytest.mark.parametrize("engine", RESUME_ENGINES)
+def test_resume_on_another_world_size_with_accumulation_gives_the_reference_run(engine_runs, resumed_runs, engine):
+    reference, _, _ = engine_runs[engine]
+    out, proc = resumed_runs(engine)
+    if resumes_on_one_process(engine) and engine != "ddp" and engine != "zero0":
+        assert "saved by 2 process(es), this run has 1" in proc.stdout, f"{engine}: no universal checkpoint"
+    expected, got = losses_by_step(reference), losses_by_step(out)
+    expected_eval, got_eval = losses_by_step(reference, "eval_loss"), losses_by_step(out, "eval_loss")
+    assert [got_eval.get(step) for step in (9, 12)] == pytest.approx([expected_eval[9], expected_eval[12]], rel=1e-5)
+    for step in RESUMED_STEPS:
+        assert got.get(step) == pytest.approx(expected[step], rel=1e-5, abs=0), (
+            f"{engine}, resume + accumulation: step {step} logged {got.get(step)}, the reference {expected[step]}"
+        )
+    differs = first_difference(
+        checkpoint_weights(reference, reference),
+        checkpoint_weights(out / f"checkpoint-{ENGINE_STEPS}", reference),
+        rtol=1e-4,
+        atol=1e-6,
+    )
+    assert differs is None, f"{engine}, resume + accumulation: weights at step {ENGINE_STEPS} differ at {differs}"
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_load_best_model_at_end_gives_the_best_checkpoints_weights(resumed_runs, engine):
+    out, _ = resumed_runs(engine)
+    best = read_json(out / "trainer_state.json")["best_model_checkpoint"]
+    assert best and best.endswith(f"checkpoint-{RESUME_AT + CHECK_EVERY}"), f"{engine}: best checkpoint {best}"
+    differs = first_difference(
+        checkpoint_weights(out / f"checkpoint-{RESUME_AT + CHECK_EVERY}", out),
+        checkpoint_weights(out, out),
+        rtol=0,
+        atol=0,
+    )
+    assert differs is None, f"{engine}, load_best_model_at_end: the final model differs from {best} at {differs}"
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_fine_tuning_from_a_saved_run_loads_every_encoder_tensor(engine_runs, engine):
+    """`--model_name_or_path <the engine's output>` with other classes: a new head, every other tensor as saved."""
+    saved = engine_runs[engine][0]
+    reference = checkpoint_weights(saved, saved)
+    model = load_model_for_finetuning(str(saved), ["a", "b", "c"])
+    tuned = model.state_dict()
+    encoder = [name for name in reference if not name.startswith("classifier.")]
+    assert len(encoder) == len(reference) - 2 and tuned["classifier.weight"].shape[0] == 3
+    for name in encoder:
+        assert torch.equal(tuned[name], reference[name]), f"{engine}, fine-tune: {name} was not loaded as saved"
