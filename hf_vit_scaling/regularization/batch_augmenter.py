@@ -211,22 +211,28 @@ class BatchAugmenter:
         self._handle = model.register_forward_pre_hook(pre_hook, with_kwargs=True)
         return self._handle
 
+    def training_targets(self, labels: torch.Tensor) -> torch.Tensor | None:
+        """The soft targets of the training forward that just ran (smoothing + its recorded mix), taken so that
+        each forward's record is used once; None after an evaluation forward (nothing recorded)."""
+        if self._handle is None:
+            raise RuntimeError("BatchAugmenter.loss needs the forward hook: call attach(model) first.")
+        last, self._last = self._last, None
+        if last is None:
+            return None
+        if last.batch_size != labels.shape[0]:
+            raise RuntimeError(
+                f"BatchAugmenter.loss: {labels.shape[0]} labels for a forward of "
+                f"{last.batch_size} images; each training forward must be followed by its loss."
+            )
+        return self.targets(labels, last.record)
+
     def loss(self, outputs, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
         """The Trainer's `compute_loss_func`: soft-target cross-entropy after a training forward (smoothing + the
         recorded mix), plain cross-entropy on hard labels after an evaluation forward."""
-        if self._handle is None:
-            raise RuntimeError("BatchAugmenter.loss needs the forward hook: call attach(model) first.")
         logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
-        last, self._last = self._last, None
-        if last is None:
+        targets = self.training_targets(labels)
+        if targets is None:
             targets = soft_targets(labels, self.num_classes)
-        else:
-            if last.batch_size != labels.shape[0]:
-                raise RuntimeError(
-                    f"BatchAugmenter.loss: {labels.shape[0]} labels for a forward of "
-                    f"{last.batch_size} images; each training forward must be followed by its loss."
-                )
-            targets = self.targets(labels, last.record)
         return soft_target_cross_entropy(logits, targets, num_items_in_batch)
 
 
