@@ -152,6 +152,44 @@ def check_fsdp(args) -> None:
             raise UserInputError(f"--fsdp: {reason}")
 
 
+def check_distillation(args) -> None:
+    """A teacher with flags of other groups it cannot run with (its own checks are in DistillationArguments)."""
+    distil = args.distillation
+    if not distil.enabled:
+        return
+    if distil.distillation_token and args.model.model_name_or_path:
+        raise UserInputError(
+            "--distillation_token builds a DeiT student from a preset; a checkpoint keeps its own architecture. Fix: "
+            "drop --distillation_token (the checkpoint's class token then learns from the teacher), or train a "
+            "preset with --model_preset."
+        )
+    if args.data.class_weighting != "none":
+        raise UserInputError(
+            "--class_weighting cannot be combined with --teacher_model (the distillation loss is not class-weighted). "
+            "Fix: drop one of them."
+        )
+    if distil.distillation_token:
+        reg, model = args.regularization, args.model
+        vit_only = [
+            ("--drop_path_rate", reg.drop_path_rate > 0),
+            ("--layer_decay", reg.layer_decay is not None),
+            ("--weight_init", model.weight_init != "hf"),
+            ("--position_embedding_init", model.position_embedding_init != "random"),
+        ]
+        given = [flag for flag, on in vit_only if on]
+        if given:
+            raise UserInputError(
+                f"{', '.join(given)} work(s) on a plain ViT's blocks, and --distillation_token trains a DeiT. Fix: "
+                f"drop {', '.join(given)}, or --distillation_token."
+            )
+    if args.engine.sequence_parallel_size > 1:
+        raise UserInputError(
+            "--teacher_model with --sequence_parallel_size above 1: the teacher runs whole images on each rank, and "
+            "sequence parallelism hands a group one rank's pixels after the teacher's copy is taken. Fix: drop "
+            "--sequence_parallel_size, or the teacher."
+        )
+
+
 def validate_args(args) -> None:
     """Checks across argument groups (each group's own checks ran in its __post_init__)."""
     training = args.training
@@ -167,6 +205,7 @@ def validate_args(args) -> None:
     )
     check_class_weighting(args)
     check_streaming(args)
+    check_distillation(args)
     preset = args.model.preset
     check_sequence_parallel(
         args.engine.sequence_parallel_size,

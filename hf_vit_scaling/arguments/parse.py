@@ -23,6 +23,7 @@ from hf_vit_scaling.arguments.checks import (
     validate_args,
 )
 from hf_vit_scaling.arguments.data import DataArguments
+from hf_vit_scaling.arguments.distillation import DistillationArguments
 from hf_vit_scaling.arguments.engine import ClusterArguments, EngineArguments, LearningRateArguments
 from hf_vit_scaling.arguments.field_checks import float_fields, require_file, require_finite
 from hf_vit_scaling.arguments.model import ModelArguments
@@ -47,6 +48,7 @@ class RecipeArguments:
     reliability: ReliabilityArguments
     regularization: RegularizationArguments
     streaming: StreamingArguments
+    distillation: DistillationArguments
     training: TrainingArguments
 
 
@@ -60,6 +62,7 @@ ALL_ARGUMENT_CLASSES = (
     ReliabilityArguments,
     RegularizationArguments,
     StreamingArguments,
+    DistillationArguments,
     TrainingArguments,
 )
 
