@@ -62,7 +62,7 @@ def main(argv=None) -> int:
         set_seed(training.seed)
         data = load_image_classification_data(args.data, seed=training.seed, cache_dir=args.model.cache_dir,
                                               streaming=args.streaming)  # fmt: skip
-        model, processor, model_desc = build_model(args.model, data.label_names)
+        model, processor, model_desc = build_model(args.model, data.label_names, args.distillation.distillation_token)
         inputs = prepare_inputs(args, world, data, model, processor, model_desc)
 
         # Trainer

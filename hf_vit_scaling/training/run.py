@@ -3,7 +3,8 @@
 1. `prepare_world(args)`: the engine (DeepSpeed, FSDP2 or the plain Trainer) and its communication, the learning rate
    for the global batch, sequence-parallel groups, and the checkpoint to resume from; all before the model exists
    (ZeRO-3 builds it partitioned over the world).
-2. `build_model(model_args, label_names)`: a preset from scratch or a checkpoint with a new head.
+2. `build_model(model_args, label_names, distillation_token)`: a preset from scratch (a ViT, or with
+   `--distillation_token` a DeiT with its second head) or a checkpoint with a new head.
 3. `prepare_inputs(args, world, data, model, processor, model_desc)`: the input path (device, host crop or
    per-sample), the model's hooks in their one order (`model_hooks`), per-rank batches for heterogeneous clusters,
    the metrics and the model card's facts.
@@ -17,6 +18,7 @@ from functools import partial
 
 from transformers import AutoImageProcessor
 
+from hf_vit_scaling.arguments.distillation import check_teacher_labels
 from hf_vit_scaling.arguments.regularization import check_regularization
 from hf_vit_scaling.data import choose_input_path, with_sample_index
 from hf_vit_scaling.data.device_transforms import EvalCenterCrop
@@ -31,6 +33,7 @@ from hf_vit_scaling.models.presets import (
     image_processor_for,
     load_model_for_finetuning,
     preset_config,
+    with_distillation_token,
 )
 from hf_vit_scaling.models.weight_init import describe_init, initialize_weights
 from hf_vit_scaling.parallel.distributed import gather_object, global_batch_size, is_main_process
@@ -45,6 +48,7 @@ from hf_vit_scaling.training.checkpoints import (
     resolve_resume_checkpoint,
     write_json_atomically,
 )
+from hf_vit_scaling.training.distillation import DistillationLoss, Teacher
 from hf_vit_scaling.training.imbalance import class_weighting_loss
 from hf_vit_scaling.training.learning_rate import apply_lr_scaling
 from hf_vit_scaling.training.model_hooks import attach_model_hooks
@@ -70,7 +74,7 @@ class TrainerInputs:
     compute_metrics: object
     model_card: dict
     rank_batches: list[int] | None
-    compute_loss_func: object | None = None  # soft-target loss with Mixup/CutMix/label smoothing
+    compute_loss_func: object | None = None  # soft-target loss with Mixup/CutMix/label smoothing, or distillation
     ema: object | None = None  # EMACallback: the weights' moving average, continued from a resumed checkpoint
 
 
@@ -83,6 +87,8 @@ def prepare_world(args) -> World:
         training.ignore_data_skip = True  # a stream resumes from the data position in the checkpoint, not by skipping
     if training.device.type == "cpu":
         training.dataloader_pin_memory = False  # pinning needs an accelerator
+    if args.distillation.distillation_token:  # DeiT's two-head forward takes no `labels`: the Trainer would find no
+        training.label_names = ["labels"]  # label field in its signature and evaluate without labels (no accuracy)
     sp_size = args.engine.sequence_parallel_size
     lr_info = apply_lr_scaling(training, args.lr.lr_scaling, args.lr.reference_batch_size, sp_size)
     engine = engine_of(training)
@@ -105,8 +111,9 @@ def resume_checkpoint(training_args, engine: Engine) -> str | None:
     return folder
 
 
-def build_model(model_args, label_names: list[str]):
-    """From scratch (preset) or from a checkpoint (new head). Returns (model, image processor, description)."""
+def build_model(model_args, label_names: list[str], distillation_token: bool = False):
+    """From scratch (preset) or from a checkpoint (new head). Returns (model, image processor, description).
+    `distillation_token` (presets only): the preset's sizes as transformers' DeiTForImageClassificationWithTeacher."""
     if model_args.model_name_or_path:
         # --image_size with a checkpoint: high-resolution fine-tuning, position embeddings interpolated once.
         name = model_args.model_name_or_path
@@ -121,10 +128,14 @@ def build_model(model_args, label_names: list[str]):
     config = preset_config(model_args.preset, label_names, model_args.image_size, model_args.patch_size,
                            model_args.attn_implementation, model_args.config_overrides)  # fmt: skip
     changed = f" ({model_args.config_overrides})" if model_args.config_overrides else ""
+    processor = image_processor_for(config)
+    if distillation_token:
+        config = with_distillation_token(config)
+        changed += " with a distillation token (DeiT)"
     model = build_model_from_preset(config)
     initialize_weights(model, model_args.weight_init, model_args.position_embedding_init)
     init = describe_init(model_args.weight_init, model_args.position_embedding_init)
-    return model, image_processor_for(config), f"{model_args.preset}{changed} trained from scratch{init}"
+    return model, processor, f"{model_args.preset}{changed} trained from scratch{init}"
 
 
 def training_loss(args, data, augmenter):
@@ -137,6 +148,27 @@ def training_loss(args, data, augmenter):
         labels = data.splits["train"][data.label_column]
         return class_weighting_loss(args.data.class_weighting, labels, len(data.label_names))
     return None
+
+
+def distillation_loss_for(args, data, augmenter, training_precision) -> DistillationLoss:
+    """The teacher (loaded once on this rank, checked against the data's classes before training) and DeiT's loss
+    on the augmenter's targets. Its pixel hook goes on the model after the input hooks (`attach_model_hooks`)."""
+    distil = args.distillation
+    teacher = Teacher.from_pretrained(distil.teacher_model, training_precision)
+    check_teacher_labels(teacher.labels, data.label_names, distil.teacher_model)
+    logger.info(f"Distillation: {distil.distillation_type} from {distil.teacher_model} (alpha "
+                f"{distil.distillation_alpha:g}, tau {distil.distillation_tau:g}), teacher "
+                f"{type(teacher.model).__name__} of {count_parameters(teacher.model) / 1e6:.2f} M parameters, frozen, "
+                f"{str(training_precision).removeprefix('torch.')}")  # fmt: skip
+    return DistillationLoss(teacher, len(data.label_names), distil.distillation_type, distil.distillation_alpha,
+                            distil.distillation_tau, augmenter)  # fmt: skip
+
+
+def run_precision(training_args):
+    """The dtype the run computes in: bf16, fp16 or float32."""
+    import torch
+
+    return torch.bfloat16 if training_args.bf16 else (torch.float16 if training_args.fp16 else torch.float32)
 
 
 def attach_input_transforms(
@@ -163,7 +195,11 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str) 
     reg = args.regularization
     smoothing = args.training.label_smoothing_factor  # applied by the augmenter's loss, before mixing
     augmenter = BatchAugmenter.from_arguments(reg, len(data.label_names), mean, std, smoothing)
-    loss = training_loss(args, data, augmenter)
+    distillation = None
+    if args.distillation.enabled:  # check_distillation refused class weights beside a teacher
+        loss = distillation = distillation_loss_for(args, data, augmenter, run_precision(args.training))
+    else:
+        loss = training_loss(args, data, augmenter)
     if is_streaming(data):  # batches are made in the stream; its items already carry their sample ids
         splits, collate, preprocessor, input_path = attach_streaming_transforms(data, args, size, mean, std,
                                                                                 world.resume_from)  # fmt: skip
@@ -178,9 +214,14 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str) 
     on_device = reg.eval_crop_pct and input_path == "device"  # host_crop cuts the eval crop on the host
     eval_crop = EvalCenterCrop(size, reg.eval_crop_pct) if on_device else None
     attach_model_hooks(model, preprocessor, world.sequence_parallel, slow_rank,
-                       augmenter if augmenter.active else None, eval_crop, reg.drop_path_rate)  # fmt: skip
+                       augmenter if augmenter.active else None, eval_crop, reg.drop_path_rate,
+                       distillation)  # fmt: skip
     rank_batches = balanced_rank_batches(args.cluster.balance_batches, model, splits["train"], collate, args.training)
     card = model_card_facts(args, world, data, model, model_desc)
+    if distillation is not None:
+        distil = args.distillation
+        card["setup"]["teacher"] = (f"{distil.teacher_model} ({distil.distillation_type}, alpha "
+                                    f"{distil.distillation_alpha:g}, tau {distil.distillation_tau:g})")  # fmt: skip
     ema = EMACallback(reg.ema_decay, world.resume_from) if reg.ema_decay else None
     metrics = make_module_compute_metrics(data.label_names)  # top-1, top-5, macro F1; per-class kept aside
     return TrainerInputs(splits, collate, metrics, card, rank_batches, loss, ema)

@@ -22,6 +22,24 @@ def test_build_from_preset_and_from_a_checkpoint(tmp_path):
     assert desc == f"fine-tuned from {tmp_path / 'ckpt'}" and model.config.num_labels == 4
 
 
+def test_distillation_token_builds_a_deit_that_reloads_as_one(tmp_path):
+    import torch
+    from transformers import AutoModelForImageClassification, DeiTForImageClassificationWithTeacher
+
+    args = parse_args(["--output_dir", str(tmp_path / "out"), "--image_size", "16"])
+    model, processor, desc = build_model(args.model, ["a", "b"], distillation_token=True)
+    assert isinstance(model, DeiTForImageClassificationWithTeacher)
+    assert desc == "vit-tiny-cpu with a distillation token (DeiT) trained from scratch"
+    assert (model.config.hidden_size, model.config.num_hidden_layers, model.config.patch_size) == (96, 4, 4)
+    embeddings = model.deit.embeddings  # DeiT's tokens start from N(0, 0.02), not from zero (presets._from_config)
+    assert embeddings.cls_token.std() > 0.01 and not torch.equal(embeddings.cls_token, embeddings.distillation_token)
+    model.save_pretrained(tmp_path / "deit")
+    again = AutoModelForImageClassification.from_pretrained(tmp_path / "deit")
+    assert isinstance(again, DeiTForImageClassificationWithTeacher)
+    outputs = again.eval()(pixel_values=torch.randn(2, 3, 16, 16))
+    assert torch.allclose(outputs.logits, (outputs.cls_logits + outputs.distillation_logits) / 2)
+
+
 def test_card_facts_describe_the_run(tmp_path):
     args = parse_args(["--output_dir", str(tmp_path / "run-a"), "--gradient_accumulation_steps", "2",
                        "--per_device_train_batch_size", "16", "--max_steps", "7"])  # fmt: skip
