@@ -1,6 +1,13 @@
 """One rank of a memory measurement for `planner_memory.py`: a few Trainer steps with every CPU tensor allocation
 tracked, launched by torchrun (2 processes over gloo).
 
+Every engine runs through the Trainer as the recipe runs it: DeepSpeed with ds_configs/<engine>.json (offload
+variants included), FSDP2 with `--fsdp --fsdp_config fsdp_configs/fsdp2.json` after the recipe's own CPU setup
+(`hf_vit_scaling.parallel.engine.start_engine`), DDP with neither; `--precision bf16` is the Trainer's `bf16=True`
+(DeepSpeed's bf16 engine, autocast for DDP, MixedPrecisionPolicy(param_dtype=bf16) + autocast for FSDP2). Until
+issue 24 the FSDP2 rows applied `fully_shard` by hand and trained in fp32 whatever --precision said. `trained` in
+the output records what actually ran.
+
 How memory is measured on a CPU. torch keeps no allocator statistics for CPU tensors (`torch.cpu` has no
 `max_memory_allocated`), and RSS counts the interpreter, libraries and freed-but-unreturned pages. But torch's CPU
 allocator goes through c10's `ProfiledCPUMemoryReporter`, which keeps a running total of live CPU tensor bytes
@@ -33,6 +40,9 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEP_PREFIX = "planner_memory_step_"
+# The planner's engines (hf_vit_scaling.planning.shapes.ENGINES), each run as the recipe runs it: the ZeRO engines
+# with ds_configs/<engine>.json, FSDP2 with fsdp_configs/fsdp2.json, DDP with neither.
+ENGINES = ("ddp", "zero1", "zero2", "zero2_offload", "zero3", "zero3_offload", "fsdp2")
 
 
 class SyntheticImages(torch.utils.data.Dataset):
@@ -52,7 +62,7 @@ class SyntheticImages(torch.utils.data.Dataset):
 
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", required=True, choices=["ddp", "zero1", "zero2", "zero3", "fsdp2"])
+    parser.add_argument("--engine", required=True, choices=list(ENGINES))
     parser.add_argument("--model_preset", required=True)
     parser.add_argument("--image_size", type=int, required=True)
     parser.add_argument("--batch", type=int, required=True)
@@ -70,6 +80,8 @@ def training_arguments(args, output_dir: str):
     engine = {}
     if args.engine.startswith("zero"):
         engine["deepspeed"] = os.path.join(REPO, "ds_configs", f"{args.engine}.json")
+    elif args.engine == "fsdp2":  # the recipe's `--fsdp --fsdp_config fsdp_configs/fsdp2.json`
+        engine.update(fsdp=True, fsdp_config=os.path.join(REPO, "fsdp_configs", "fsdp2.json"))
     return TrainingArguments(
         output_dir=output_dir,
         per_device_train_batch_size=args.batch,
@@ -149,48 +161,23 @@ def summarise(timeline, steps) -> dict:
     return {"peak_overall": max((live for _, live in timeline), default=0), "steps": per_step}
 
 
-def fsdp2_wrap(model, world_size: int):
-    """FSDP2 full sharding as accelerate's `fsdp2_prepare_model` applies it for the Trainer's
-    `--fsdp --fsdp_config fsdp_configs/fsdp2.json`: each ViTLayer and the input embeddings resharded after forward,
-    the final LayerNorm kept unsharded until backward, then the root. Done by hand because, when this benchmark was
-    written, the Trainer on a CPU did not use FSDP at all (accelerate enables FSDP for GPU-class devices only and
-    wrapped the model in DDP); the recipe now runs FSDP2 on CPU through
-    `hf_vit_scaling.parallel.engine.select_fsdp_on_cpu`."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+def what_trained(trainer, training_args) -> dict:
+    """What actually trained, for the record: the engine, the wrapper, the dtypes the parameters are stored in, and
+    FSDP2's compute dtype (an earlier version of this worker trained FSDP2 in fp32 whatever --precision said)."""
+    from torch.distributed.fsdp import FSDPModule
 
-    mesh = init_device_mesh("cpu", (world_size,))
-    for layer in model.vit.layers:
-        fully_shard(layer, mesh=mesh, reshard_after_forward=True)
-    fully_shard(model.get_input_embeddings(), mesh=mesh, reshard_after_forward=True)
-    fully_shard([model.vit.layernorm], mesh=mesh, reshard_after_forward=False)
-    fully_shard(model, mesh=mesh)
-    return model
+    from hf_vit_scaling.parallel.engine import engine_of
 
-
-def train_fsdp2(args, model, dataset) -> None:
-    """The Trainer's training step for FSDP2, written out: forward with labels, backward, gradient clipping at 1.0,
-    fused AdamW, zero_grad(set_to_none=True) — the Trainer's defaults."""
-    torch.distributed.init_process_group("gloo")
-    world_size = torch.distributed.get_world_size()
-    if args.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    model = fsdp2_wrap(model, world_size)
-    model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    rank = torch.distributed.get_rank()
-    for step in range(args.steps):
-        rows = [dataset[(step * world_size + rank) * args.batch + i] for i in range(args.batch)]
-        batch = {
-            "pixel_values": torch.stack([r["pixel_values"] for r in rows]),
-            "labels": torch.tensor([r["labels"] for r in rows]),
-        }
-        with record_function(f"{STEP_PREFIX}{step + 1}"):
-            loss = model(**batch).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+    record = {
+        "engine": engine_of(training_args).label(),
+        "wrapper": type(trainer.model_wrapped).__name__,
+        "accelerate_mixed_precision": trainer.accelerator.mixed_precision,
+        "parameter_dtypes": sorted({str(p.dtype) for p in trainer.model.parameters()}),
+    }
+    sharded = next((m for m in trainer.model.modules() if isinstance(m, FSDPModule)), None)
+    if sharded is not None:
+        record["fsdp_param_dtype"] = str(sharded._get_fsdp_state()._mp_policy.param_dtype)
+    return record
 
 
 def main() -> int:
@@ -204,30 +191,26 @@ def main() -> int:
         from transformers import Trainer
 
         from hf_vit_scaling.models.presets import build_model_from_preset, preset_config
-        from hf_vit_scaling.parallel.distributed import init_deepspeed_comm
+        from hf_vit_scaling.parallel.engine import engine_of, start_engine
 
         labels = [str(i) for i in range(args.num_labels)]
         dataset = SyntheticImages(
             args.batch * args.steps * int(os.environ.get("WORLD_SIZE", "1")), args.image_size, args.num_labels
         )
-        if args.engine == "fsdp2":
-            torch.manual_seed(0)
-            model = build_model_from_preset(preset_config(args.model_preset, labels, image_size=args.image_size))
-            train_fsdp2(args, model, dataset)
-        else:
-            training_args = training_arguments(args, os.path.join(args.output_dir, "trainer"))
-            if args.engine.startswith("zero"):
-                init_deepspeed_comm()  # ZeRO-3 builds the model partitioned: DeepSpeed must know the world first
-            model = build_model_from_preset(preset_config(args.model_preset, labels, image_size=args.image_size))
-            trainer = Trainer(
-                model=model, args=training_args, train_dataset=dataset, callbacks=[step_ranges_callback()]
-            )
-            trainer.train()
+        training_args = training_arguments(args, os.path.join(args.output_dir, "trainer"))
+        # What the recipe does before building the model (hf_vit_scaling.training.run.prepare_world): DeepSpeed
+        # told the world (ZeRO-3 builds the model partitioned), accelerate told to run FSDP2 on a CPU world.
+        start_engine(engine_of(training_args), training_args)
+        model = build_model_from_preset(preset_config(args.model_preset, labels, image_size=args.image_size))
+        trainer = Trainer(model=model, args=training_args, train_dataset=dataset, callbacks=[step_ranges_callback()])
+        trainer.train()
+    trained = what_trained(trainer, training_args)
     timeline, steps = tracked_bytes(prof)
     result = {
         "rank": rank,
         "config": vars(args),
         "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+        "trained": trained,
         "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "wall_s": round(time.time() - started, 1),
         **summarise(timeline, steps),

@@ -271,8 +271,8 @@ def format_plan(result: Plan) -> str:
         lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
     lines += [
         "",
-        "Memory in GiB per rank. peak = static + max(forward phase, backward end, step phase): gradients and "
-        "activations are not live together, so the columns do not add up to it.",
+        "Memory in GiB per rank. peak = static + max(end of forward, start of backward, end of backward, optimizer "
+        "step): gradients and activations are not live together, so the columns do not add up to it.",
         "Step time is an estimate: compute + communication, no overlap (comm s: collectives, host transfers and CPU "
         "Adam); the bandwidths and TFLOP/s above are inputs.",
     ]

@@ -9,9 +9,16 @@ parameter in the engine's working dtype (2 for bf16 DeepSpeed/FSDP, 4 for fp32).
   Models", §3.1 and Figure 1: mixed-precision Adam holds 2Ψ (16-bit weights) + 2Ψ (16-bit gradients) + KΨ with K = 12
   (fp32 master weights, momentum, variance); ZeRO-1 shards the KΨ, ZeRO-2 also the gradients, ZeRO-3 also the
   weights. The code here counts what each implementation actually allocates, which differs from the paper in places
-  that are stated next to each engine (DeepSpeed builds an fp32 copy of the gradient partition for the optimizer step
-  and keeps an fp32 master copy even in fp32 training; torch DDP keeps flat communication buckets beside the
-  gradients; ZeRO-3 keeps weights gathered through the forward pass).
+  that are stated next to each engine (DeepSpeed builds an fp32 copy of the gradient partition for the optimizer step,
+  in bf16 through a flattened bf16 copy, and keeps an fp32 master copy even in fp32 training; torch DDP keeps flat
+  communication buckets beside the gradients; ZeRO-3 keeps weights gathered through the forward pass).
+* **What bf16 keeps, per engine** (the Trainer's --bf16): DeepSpeed (ZeRO-1/2/3 and offload) keeps bf16 weights,
+  bf16 gradients and bf16 activations, and the Trainer casts the pixels to bf16; DDP keeps fp32 weights and
+  gradients and runs under autocast (bf16 copies of the weights and of every matmul input, an fp32 residual
+  stream: `shapes.activation_bytes`); FSDP2 keeps fp32 shards, gradients and moments, all-gathers bf16 weights
+  (MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=bf16), accelerate's `set_mixed_precision`), reduces bf16
+  gradients and casts them to the fp32 shard, and keeps bf16 activations; its input casts hold the pixels three more
+  times through the forward pass (`engine_memory`).
 * **Activations**: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §4.1,
   Eq. (1): a transformer layer stores sbh(34 + 5as/h) bytes (s tokens, b batch, h hidden, a heads; 2-byte activations
   and 1-byte dropout masks). `shapes.layer_activation_elements` adapts it to Hugging Face's ViT (see there).
@@ -21,11 +28,13 @@ parameter in the engine's working dtype (2 for bf16 DeepSpeed/FSDP, 4 for fp32).
 
 Gradients and activations are not live at the same time at their peaks: activations are freed layer by layer during
 backward while gradients appear, and unsharded gradients live until the optimizer step. So the peak is
-``static + max(forward, backward end, step)``: static = what lives between steps (weights, optimizer states,
-persistent buffers); forward = activations + what is held for them (gathered weights, the first gradient buckets);
-backward end = the gradients + the first layer's activations; step = gradients + the optimizer step's temporaries.
-Each part's own size is reported, so the parts do not add up to the peak. `engine_memory` says which engine holds
-what when; 2-process CPU runs of every engine agree with it within 4% (docs/planner.md).
+``static + max(forward, backward_start, backward_end, step)``: static = what lives between steps (weights, optimizer
+states, persistent buffers); forward = activations at the end of the forward pass + what is held for them (gathered
+weights, input copies); backward_start = activations while the top layer's backward runs + the first gradient
+buckets; backward_end = the gradients + the first layer's activations; step = gradients + the optimizer step's
+temporaries. Each part's own size is reported, so the parts do not add up to the peak. `engine_memory` says which
+engine holds what when; 2-process CPU runs of every engine, fp32 and bf16, agree with it within 3%
+(docs/planner.md).
 """
 
 from __future__ import annotations
@@ -103,10 +112,12 @@ def model_state_bytes(engine: str, num_parameters: int, world_size: int, precisi
     * DDP (torch DDP; the Trainer keeps fp32 weights and uses autocast for bf16): 4Ψ weights, 4Ψ gradients,
       8Ψ AdamW moments. Its flat gradient buckets (another 4Ψ) are buffers, see `engine_memory`.
     * ZeRO-1: pΨ weights, pΨ gradients (all of them, until the optimizer step), (4 + 8)Ψ/N fp32 master and moments,
-      + 4Ψ/N fp32 gradient partition at the step. DeepSpeed clones the fp32 master partition even for fp32 training.
+      + 4Ψ/N fp32 gradient partition at the step (in bf16 made from a flattened bf16 copy, pΨ/N more: see
+      `engine_memory`). DeepSpeed clones the fp32 master partition even for fp32 training.
     * ZeRO-2: pΨ + pΨ/N gradients + 12Ψ/N + 4Ψ/N at the step. In bf16: 2Ψ + 18Ψ/N, DeepSpeed's own estimate
       (`estimate_zero2_model_states_mem_needs`: "2 = params_16bit, 18 = 2_grads_16bit + 4_grads_32bit +
-      4_params_32bit + 8_optimizer_states_32bit").
+      4_params_32bit + 8_optimizer_states_32bit"). That estimate leaves out the flattened bf16 copy of the gradient
+      partition the step makes before converting it to fp32 (2Ψ/N, `engine_memory`).
     * ZeRO-3: pΨ/N + pΨ/N + (4 + 8)Ψ/N + 4Ψ/N at the step = 20Ψ/N in bf16. In fp32 too the master partition is a
       separate copy: stage3.py means to reuse the weight partition when the dtypes match, but compares a
       `torch.device` with a device-name string, which is never equal (measured: 5 × 4Ψ/N bytes live between steps).
@@ -184,18 +195,21 @@ def zero_buckets(engine: str, settings: PlanSettings) -> tuple[int, int]:
 
 
 def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
-    """Peak device bytes per rank for one engine: static + max(forward phase, backward end, step phase).
+    """Peak device bytes per rank for one engine: static + the largest of four phases.
 
     What lives where was checked against 2-process CPU runs (benchmarks/planner_memory.py, docs/planner.md):
-    * between steps: weights, optimizer states and persistent buffers (torch DDP's gradient buckets, ZeRO-3's
-      gradient partition and buckets); gradients are freed by `zero_grad(set_to_none=True)` (DDP, FSDP2) or
+    * between steps (static): weights, optimizer states and persistent buffers (torch DDP's gradient buckets,
+      ZeRO-3's gradient partition and buckets); gradients are freed by `zero_grad(set_to_none=True)` (DDP, FSDP2) or
       rebuilt each backward (ZeRO-1/2's buckets and gradient partition);
-    * forward phase (up to the start of backward): activations, plus weights the engine holds whole for the
-      forward (ZeRO-3's gathered weights, FSDP2's unsharded layers, autocast's bf16 weight copies) and what the
-      first gradient hook allocates (ZeRO-1/2 buckets and gradient partition);
-    * backward end: the gradients that exist whole or in buckets, while the first layer's activations (recomputed
+    * forward (the end of the forward pass) and backward_start: activations at those two moments
+      (`shapes.activation_bytes`), plus weights the engine holds whole (ZeRO-3's gathered weights, FSDP2's unsharded
+      layers, autocast's bf16 weight copies) and what the first gradient hook allocates (ZeRO-1/2 buckets and
+      gradient partition; counted at both moments, a slight overestimate of the first); FSDP2 in bf16 also holds
+      two more copies of the pixels through the forward pass (below);
+    * backward_end: the gradients that exist whole or in buckets, while the first layer's activations (recomputed
       under checkpointing), the pixels and one layer's working set are still live;
-    * step phase: gradients + the optimizer step's temporaries (DeepSpeed's fp32 gradient partition).
+    * step: gradients + the optimizer step's temporaries (DeepSpeed's flattened and fp32 gradient partitions) + the
+      step's fp32 input batch, which the Trainer holds until the optimizer step.
     """
     shape = settings.shape
     psi, n = shape.num_parameters, settings.world_size
@@ -212,8 +226,14 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
         autocast=autocast,
     )
     first_layer = act["one_layer"] + act["pixels"] + act["backward_working_set"]
+    # DeepSpeed's optimizer step flattens the gradient partition (`self.flatten(self.averaged_gradients[i])`, a new
+    # tensor) and converts it to fp32 (`.to(fp32)`): in bf16 both copies live at once beside the gradients
+    # themselves; in fp32 `.to` returns the flattened tensor itself. stage_1_and_2.py `step`, stage3.py
+    # `_prepare_fp32_grad_for_sub_group`.
+    flattened_copy = p * shard if p != 4 else 0
     notes: list[str] = []
     static_grads = static_buffers = 0
+    forward_only = 0  # activations held through the forward pass only (FSDP2's input copies in bf16)
     # What comes on top of `static` at each moment, as (whole weights, gradients, buffers); activations are added
     # below.
     forward, backward_end, step = [0, 0, 0], [0, 0, 0], [0, 0, 0]
@@ -234,12 +254,17 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
         if engine == "zero1":
             # Gradients go into the bucket as they appear (views into it); what does not fit waits as .grad. The
             # reduction flattens them once more: bucket + pΨ at the end of backward (measured with the 5e8 default).
+            # The step frees the gradients outside this rank's partition, then flattens and converts its own:
+            # pΨ/N gradients + pΨ/N flattened (bf16 only) + 4Ψ/N fp32.
             forward[2] = bucket
             backward_end[1:] = [p * psi, max(bucket, p * psi) + min(bucket, p * psi) - p * psi]
-            step[1:] = [p * shard, states["fp32_gradient_copy"]]
+            step[1:] = [p * shard, flattened_copy + states["fp32_gradient_copy"]]
         elif engine == "zero2":
+            # The step: the contiguous gradient partition (`grads_in_partition`, pΨ/N) + its flattened copy (bf16
+            # only, pΨ/N) + the fp32 copy (4Ψ/N) = 8Ψ/N in bf16 (measured: 21.0 + 20.6 + 41.2 MiB for ViT-S/16,
+            # Ψ/N = 10.8 M), 8Ψ/N in fp32 too (4 + 4).
             forward[1:] = backward_end[1:] = [p * shard, bucket]
-            step[1:] = [p * shard, bucket + states["fp32_gradient_copy"]]
+            step[1:] = [p * shard, bucket + flattened_copy + states["fp32_gradient_copy"]]
         else:
             # Gradients leave the device bucket by bucket, through a staging tensor as large as the largest parameter.
             forward[2] = backward_end[2] = bucket + shape.largest_module_parameters * p
@@ -256,7 +281,7 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
         forward[0] = gathered
         if engine == "zero3":
             # The step flattens the 16-bit gradient partition and converts it to fp32 (two copies when p = 2).
-            step[2] = states["fp32_gradient_copy"] + (p * shard if p != 4 else 0)
+            step[2] = states["fp32_gradient_copy"] + flattened_copy
         notes.append(
             f"keeps {gathered / GiB:.2f} GiB of weights gathered through forward (stage3_max_reuse_distance 1e9)"
         )
@@ -268,6 +293,13 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
         forward[0] = root + 2 * shape.layer_parameters * p
         backward_end[:] = [root + 2 * shape.layer_parameters * p, states["gradients"], shape.layer_parameters * p]
         step[1] = states["gradients"]
+        if p == 2:
+            # bf16 (MixedPrecisionPolicy(param_dtype=bf16), what accelerate builds for --bf16): the root casts the
+            # pixels to bf16 (2 bytes a pixel); transformers' ViTModel.forward casts them back to the patch
+            # projection's dtype, still the fp32 shard then (`pixel_values.to(expected_dtype)`, 4 bytes); the patch
+            # embedding's own FSDP unit casts that to bf16 again (the copy the convolution keeps, in `pixels`). The
+            # first two live until the forward returns.
+            forward_only = shape.num_channels * shape.image_size**2 * settings.per_device_batch * (2 + 4)
 
     if states["host"]:
         per_node = states["host"] * settings.gpus_per_node
@@ -276,16 +308,17 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
         "parameters": states["parameters"] + max(forward[0], backward_end[0], step[0]),
         "gradients": static_grads + max(forward[1], backward_end[1], step[1]),
         "optimizer_states": states["optimizer_states"],
-        "activations": act["total"],
+        "activations": max(act["forward_end"] + forward_only, act["backward_start"]),
         "buffers": static_buffers + max(forward[2], backward_end[2], step[2]),
     }
     phases = {
         "static": states["parameters"] + static_grads + states["optimizer_states"] + static_buffers,
-        "forward": act["total"] + sum(forward),
+        "forward": act["forward_end"] + forward_only + sum(forward),
+        "backward_start": act["backward_start"] + sum(forward),
         "backward_end": first_layer + sum(backward_end),
-        "step": sum(step),
+        "step": sum(step) + act["input_batch"],  # the Trainer holds the step's fp32 batch until the step is done
     }
-    peak = phases["static"] + max(phases["forward"], phases["backward_end"], phases["step"])
+    peak = phases["static"] + max(v for k, v in phases.items() if k != "static")
     margin = int(settings.memory_margin * settings.gpu_memory_bytes)
     usable = settings.gpu_memory_bytes - margin
     return MemoryEstimate(parts, phases, peak, margin, usable, peak <= usable, states["host"], notes)

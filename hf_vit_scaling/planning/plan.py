@@ -48,8 +48,8 @@ class Plan:
             "notes": [
                 "Estimates, not measurements. Step time = compute + communication with no overlap; bandwidths, "
                 "achievable TFLOP/s and CPU Adam speed are stated inputs (assumptions unless you measured them).",
-                "Peak memory = static + max(forward phase, step phase); the margin is kept free for the CUDA "
-                "context, NCCL buffers and allocator fragmentation.",
+                "Peak memory = static + max(end of forward, start of backward, end of backward, optimizer step); the "
+                "margin is kept free for the CUDA context, NCCL buffers and allocator fragmentation.",
             ],
         }
 

@@ -212,42 +212,72 @@ def activation_bytes(
     sequence_parallel_size: int = 1,
     autocast: bool = False,
 ) -> dict[str, int]:
-    """Activation memory of one rank at its peak (the start of backward), in bytes, by part.
+    """Activation memory of one rank around the forward/backward boundary, in bytes, by part.
+
+    Two moments can be the activations' peak (`forward_end`, `backward_start`; `total` is the larger):
+    * the end of the forward pass: what the layers keep + pixels + the head (final LayerNorm, logits), and under
+      checkpointing the last layer's transient MLP tensors (fc1 output and GELU output, 2sbI: a checkpointed layer's
+      forward keeps nothing but its input);
+    * the backward pass through the top layer: what the layers keep (the head's tensors are already freed: its
+      backward runs first) + the backward working set, and under checkpointing the top layer recomputed (one layer
+      less its input, which the checkpoint already holds).
+    The backward working set is the gradient flowing into the layer (sbh) and the gradient of its GELU output (sbI):
+    autograd frees each saved tensor when its node has run, so fc2's saved input is gone by the time the GELU's
+    gradient is made (measured: the peak inside a layer's backward is the layer + sbI + sbh, e.g. ViT-Ti/16 fp32
+    batch 16 at 160 px: +4.73 MiB GELU gradient over the layer, sbh = 1.18 MiB).
 
     `autocast`: torch autocast (plain DDP with --bf16) keeps fp32 weights, so the residual stream (embeddings + fp32
-    position table, and every `x + residual`) stays fp32 while matmul inputs are bf16 copies.
-    Gradient checkpointing (transformers checkpoints each ViTLayer) keeps only each layer's input, and during
-    backward one layer is recomputed at a time: L·sbh + one full layer.
-    The backward working set is the gradient flowing through one layer's MLP: 2sbI + 2sbh elements.
+    position table, and every `x + residual`) stays fp32 while matmul inputs are bf16 copies. Autocast caches the
+    bf16 copy of a weight but not of an activation (`cached_cast` caches leaf tensors that require grad only:
+    aten/src/ATen/autocast_mode.cpp), so q_proj, k_proj and v_proj each cast the fp32 LayerNorm output on their own
+    and each keeps its copy for backward: the attention input is kept 3 times in bf16 (plus once for fc1), 2sbh
+    more than without autocast (measured: 16 bf16 casts per layer, 4 sbh-sized and the layer's weights).
+    Gradient checkpointing (transformers checkpoints each ViTLayer, non-reentrant) keeps only each layer's input.
+
+    Pixels (`pixels`): the fp32 batch the data loader put on the device lives the whole step (the Trainer holds the
+    step's batches until the optimizer step), 4 bytes a pixel. In bf16 the patch convolution keeps a bf16 copy, 2 bytes
+    a pixel, until its backward: DeepSpeed's Trainer casts floating inputs to the engine's dtype
+    (transformers `Trainer._prepare_input`), autocast casts the convolution's input, FSDP2's MixedPrecisionPolicy casts
+    the inputs of each sharded module (`_fsdp_state._cast_forward_inputs`).
     """
     element = 2 if precision == "bf16" else 4
     residual_element = 4 if autocast else element
     per_layer = layer_activation_elements(shape, batch, sequence_parallel_size)
-    layer = (
-        per_layer["residual"] * residual_element
-        + (per_layer["normed"] + per_layer["qkv"] + per_layer["attention_output"] + per_layer["mlp"]) * element
-        + per_layer["fp32_statistics"] * 4
-    )
     s_local = math.ceil(shape.tokens / sequence_parallel_size)
     sbh = s_local * batch * shape.hidden_size
     sbi = s_local * batch * shape.intermediate_size
+    autocast_casts = 2 * sbh if autocast else 0  # k_proj's and v_proj's own bf16 copies of the LayerNorm output
+    layer = (
+        per_layer["residual"] * residual_element
+        + (per_layer["normed"] + autocast_casts + per_layer["qkv"] + per_layer["attention_output"] + per_layer["mlp"])
+        * element
+        + per_layer["fp32_statistics"] * 4
+    )
     layers = shape.num_hidden_layers
     if gradient_checkpointing:
-        stored = layers * sbh * residual_element + layer  # each layer's input + one layer recomputed
+        kept = layers * sbh * residual_element  # each layer's input
+        recomputed = layer - sbh * residual_element  # in backward, one layer at a time (its input is kept already)
+        forward_transient = 2 * sbi * element  # the last layer's fc1 and GELU outputs, not kept
     else:
-        stored = layers * layer
-    # The pixels the patch convolution keeps; the final LayerNorm's input, statistics and output on the full
-    # sequence (gathered before it under sequence parallelism; the classifier keeps the CLS slice, a view that keeps
-    # the whole output alive); the logits.
-    pixels = batch * shape.num_channels * shape.image_size**2 * (4 if autocast else element)
+        kept, recomputed, forward_transient = layers * layer, 0, 0
+    # The pixels (fp32 batch; in bf16 also the convolution's bf16 copy); the final LayerNorm's input, statistics and
+    # output on the full sequence (gathered before it under sequence parallelism; the classifier keeps the CLS slice,
+    # a view that keeps the whole output alive); the logits.
+    pixel_count = batch * shape.num_channels * shape.image_size**2
+    pixels = pixel_count * 4 + (pixel_count * 2 if precision == "bf16" else 0)
     tokens = shape.tokens * batch
     head = 2 * tokens * shape.hidden_size * residual_element + 2 * tokens * 4 + batch * shape.num_labels * 4
-    working = (2 * sbi + 2 * sbh) * element
+    working = (sbi + sbh) * element
+    forward_end = kept + pixels + head + forward_transient
+    backward_start = kept + recomputed + pixels + working
     return {
-        "layers": stored,
+        "layers": kept + recomputed,
         "one_layer": layer,
         "pixels": pixels,
+        "input_batch": pixel_count * 4,
         "embeddings_and_head": pixels + head,
         "backward_working_set": working,
-        "total": stored + pixels + head + working,
+        "forward_end": forward_end,
+        "backward_start": backward_start,
+        "total": max(forward_end, backward_start),
     }

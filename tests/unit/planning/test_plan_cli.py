@@ -89,7 +89,8 @@ def test_json_output_parses():
     ]
     for option in report["options"]:
         memory, phases = option["memory"], option["memory"]["phases"]
-        assert memory["peak"] == phases["static"] + max(phases["forward"], phases["backward_end"], phases["step"])
+        moments = ("forward", "backward_start", "backward_end", "step")
+        assert memory["peak"] == phases["static"] + max(phases[moment] for moment in moments)
         assert option["speed"]["step_s"] > 0 and option["max_batch"] >= 0
     assert report["recommended"] == "ddp" and report["reason"]
     # Named links and the default TFLOP/s are assumptions, and the JSON says so.

@@ -45,21 +45,41 @@ def test_activation_bytes_by_hand():
     # per layer: residual 2sbh + normed 2sbh + q,k,v 3sbh + attention output sbh + GELU in/out 2sbI
     #   = 160 + 160 + 240 + 80 + 320 = 960 elements x 4 B = 3,840 B; fp32 statistics (LayerNorm mean/rstd
     #   2 x 2sb + log-sum-exp asb) = 40 + 20 = 60 x 4 B = 240 B -> 4,080 B per layer.
-    # pixels 2 x 3 x 32 x 32 x 4 B = 24,576; final LayerNorm input + output 2 x 80 x 4 = 640 and its statistics
-    # 2 x 10 x 4 = 80, logits 2 x 10 x 4 = 80; backward working set (2sbI + 2sbh) x 4 = 1,920.
+    # pixels: the fp32 batch 2 x 3 x 32 x 32 x 4 B = 24,576; final LayerNorm input + output 2 x 80 x 4 = 640 and
+    # its statistics 2 x 10 x 4 = 80, logits 2 x 10 x 4 = 80; backward working set (sbI + sbh) x 4 = 960.
     act = activation_bytes(TINY, 2, "fp32")
     assert act["one_layer"] == 4080
     assert act["layers"] == 2 * 4080
-    assert act["pixels"] == 24576
+    assert act["pixels"] == act["input_batch"] == 24576
     assert act["embeddings_and_head"] == 24576 + 640 + 80 + 80
-    assert act["backward_working_set"] == 1920
-    assert act["total"] == 8160 + 24576 + 800 + 1920 == 35456
-    # Checkpointing keeps each layer's input (L x sbh x 4 = 640 B) and recomputes one layer at a time.
-    assert activation_bytes(TINY, 2, "fp32", gradient_checkpointing=True)["layers"] == 640 + 4080
+    assert act["backward_working_set"] == 960
+    # End of forward: layers + pixels + head; backward through the top layer: layers + pixels + working set (the
+    # head's tensors are freed by then).
+    assert act["forward_end"] == 8160 + 24576 + 800 == 33536
+    assert act["backward_start"] == 8160 + 24576 + 960 == 33696
+    assert act["total"] == 33696
+    # Checkpointing keeps each layer's input (L x sbh x 4 = 640 B); the forward's last layer briefly holds its fc1 and
+    # GELU outputs (2sbI x 4 = 1,280 B); backward recomputes one layer at a time, less the input it already holds
+    # (4,080 - 320 = 3,760 B).
+    checkpointed = activation_bytes(TINY, 2, "fp32", gradient_checkpointing=True)
+    assert checkpointed["layers"] == 640 + 3760
+    assert checkpointed["forward_end"] == 640 + 24576 + 800 + 1280
+    assert checkpointed["backward_start"] == 640 + 3760 + 24576 + 960
     # Sequence parallelism over 2 ranks: ceil(5 / 2) = 3 tokens per rank inside the layers.
     assert activation_bytes(TINY, 2, "fp32", sequence_parallel_size=2)["one_layer"] == (
         (2 + 2 + 3 + 1) * 3 * 2 * 8 * 4 + 2 * 3 * 2 * 16 * 4 + (4 * 3 * 2 + 2 * 3 * 2) * 4
     )
+
+
+def test_bf16_activation_bytes_by_hand():
+    # bf16, batch 2 (sbh = 80, sbI = 160, sb = 10). Plain bf16 (DeepSpeed, FSDP2): the fp32 layer's elements at
+    # 2 B: 960 x 2 + 240 = 2,160 B. Autocast (DDP): the residual stream stays fp32 (2sbh x 4 = 640 B) and q_proj,
+    # k_proj, v_proj each keep their own bf16 copy of the LayerNorm output: (2 + 2) sbh more casts -> normed 4sbh,
+    # (320 + 240 + 80 + 320) x 2 = 1,920 B; + 240 B statistics = 2,800 B.
+    assert activation_bytes(TINY, 2, "bf16")["one_layer"] == 160 * 2 + (160 + 240 + 80 + 320) * 2 + 240 == 2160
+    assert activation_bytes(TINY, 2, "bf16", autocast=True)["one_layer"] == 640 + 1920 + 240 == 2800
+    # Pixels in bf16: the fp32 batch (24,576 B) + the bf16 copy the patch convolution keeps (12,288 B).
+    assert activation_bytes(TINY, 2, "bf16")["pixels"] == 24576 + 12288
 
 
 def test_activation_formula_is_korthikanti_without_dropout_and_softmax():
@@ -74,7 +94,7 @@ def test_activation_formula_is_korthikanti_without_dropout_and_softmax():
 
 def test_activation_bytes_match_a_real_forward_on_cpu():
     """What a 2-layer HF ViT keeps after its forward (SDPA, dropout 0), tracked with the profiler's allocation
-    events, is the planner's activation total without the backward working set (within 1%)."""
+    events, is the planner's activations at the end of the forward pass (within 1%)."""
     shape = dataclasses.replace(
         TINY, image_size=64, patch_size=8, hidden_size=64, num_attention_heads=4, intermediate_size=256
     )
@@ -88,6 +108,5 @@ def test_activation_bytes_match_a_real_forward_on_cpu():
         logits = model(pixel_values=pixels).logits
     live = sum(e.nbytes() for e in prof.profiler.kineto_results.events() if e.nbytes() != 0)
     del logits
-    predicted = activation_bytes(shape, batch, "fp32")
-    expected = predicted["total"] - predicted["backward_working_set"]
+    expected = activation_bytes(shape, batch, "fp32")["forward_end"]
     assert abs(live / expected - 1) < 0.01, (live, expected)
