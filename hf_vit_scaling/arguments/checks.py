@@ -190,6 +190,25 @@ def check_distillation(args) -> None:
         )
 
 
+def check_cnn(args) -> None:
+    """A CNN preset trains through the same recipe, without the flags that work on a ViT's tokens and blocks."""
+    if not args.model.is_cnn:
+        return
+    reg = args.regularization
+    vit_only = [
+        ("--sequence_parallel_size", args.engine.sequence_parallel_size > 1),
+        ("--drop_path_rate", reg.drop_path_rate > 0),
+        ("--layer_decay", reg.layer_decay is not None),
+        ("--distillation_token", args.distillation.distillation_token),
+    ]
+    given = [flag for flag, on in vit_only if on]
+    if given:
+        raise UserInputError(
+            f"{', '.join(given)} work(s) on a ViT's tokens or blocks, and --model_preset {args.model.preset} is a "
+            f"CNN. Fix: drop {', '.join(given)}."
+        )
+
+
 def validate_args(args) -> None:
     """Checks across argument groups (each group's own checks ran in its __post_init__)."""
     training = args.training
@@ -206,12 +225,13 @@ def validate_args(args) -> None:
     check_class_weighting(args)
     check_streaming(args)
     check_distillation(args)
+    check_cnn(args)
     preset = args.model.preset
     check_sequence_parallel(
         args.engine.sequence_parallel_size,
         training.world_size,
         ds.config if ds is not None else None,
-        preset and MODEL_PRESETS[preset]["num_attention_heads"],
+        preset and MODEL_PRESETS.get(preset, {}).get("num_attention_heads"),
         args.model.attn_implementation,
         args.cluster.balance_batches,
     )

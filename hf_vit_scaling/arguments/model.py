@@ -9,7 +9,13 @@ from transformers import ViTConfig
 
 from hf_vit_scaling.arguments.field_checks import require_at_least, require_folder
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.models.presets import DEFAULT_PRESET, MODEL_PRESETS, check_config_overrides
+from hf_vit_scaling.models.presets import (
+    ALL_PRESETS,
+    CNN_PRESETS,
+    DEFAULT_PRESET,
+    MODEL_PRESETS,
+    check_config_overrides,
+)
 from hf_vit_scaling.models.weight_init import POSITION_EMBEDDING_INITS, WEIGHT_INITS, check_sincos_width
 
 
@@ -28,9 +34,10 @@ class ModelArguments:
     model_preset: str | None = field(
         default=None,
         metadata={
-            "help": "Train from scratch with a standard size: " + ", ".join(MODEL_PRESETS) + ". "
-            "Default when --model_name_or_path is not given: vit-tiny-cpu.",
-            "choices": list(MODEL_PRESETS),
+            "help": "Train from scratch with a standard size: " + ", ".join(ALL_PRESETS) + ". "
+            "Default when --model_name_or_path is not given: vit-tiny-cpu. " + ", ".join(CNN_PRESETS) + " is a CNN "
+            "(transformers' ResNet), e.g. a teacher for --teacher_model.",
+            "choices": list(ALL_PRESETS),
         },
     )
     image_size: int | None = field(
@@ -104,6 +111,8 @@ class ModelArguments:
                     "drop it, or train a preset from scratch."
                 )
             check_config_overrides(self.config_overrides)
+        if self.preset in CNN_PRESETS:
+            check_cnn_preset(self)
         if self.position_embedding_init == "sincos2d" and self.preset:
             config = ViTConfig(**MODEL_PRESETS[self.preset])
             if self.config_overrides:
@@ -111,9 +120,30 @@ class ModelArguments:
             check_sincos_width(config.hidden_size)
 
     @property
+    def is_cnn(self) -> bool:
+        return self.preset in CNN_PRESETS
+
+    @property
     def preset(self) -> str | None:
         """The preset that trains from scratch (the default one when no checkpoint is given), else None."""
         return None if self.model_name_or_path else (self.model_preset or DEFAULT_PRESET)
+
+
+def check_cnn_preset(model_args) -> None:
+    """A CNN preset has no patches, attention or ViTConfig: refuse the model flags that only a ViT reads."""
+    vit_only = [
+        ("--patch_size", model_args.patch_size is not None),
+        ("--config_overrides", bool(model_args.config_overrides)),
+        ("--weight_init", model_args.weight_init != "hf"),
+        ("--position_embedding_init", model_args.position_embedding_init != "random"),
+        ("--attn_implementation", model_args.attn_implementation != "sdpa"),
+    ]
+    given = [flag for flag, on in vit_only if on]
+    if given:
+        raise UserInputError(
+            f"{', '.join(given)} appl(y/ies) to a ViT, and --model_preset {model_args.preset} is a CNN. Fix: drop "
+            f"{', '.join(given)}."
+        )
 
 
 MODEL_PATH_FIX = "pass a saved model's folder (config.json, weights) or a Hub id such as google/vit-base-patch16-224."

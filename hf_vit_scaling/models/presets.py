@@ -10,6 +10,7 @@ from transformers import (
     AutoModelForImageClassification,
     DeiTConfig,
     DeiTForImageClassificationWithTeacher,
+    ResNetConfig,
     ViTConfig,
     ViTForImageClassification,
 )
@@ -34,6 +35,31 @@ _PRESET_ROWS = {
 }
 MODEL_PRESETS: dict[str, dict] = {name: dict(zip(PRESET_FIELDS, row)) for name, row in _PRESET_ROWS.items()}
 DEFAULT_PRESET = "vit-tiny-cpu"
+
+# CNN teachers for distillation (DeiT's point: a CNN's locality helps on small data), as transformers' ResNet.
+# resnet-tiny-cpu: stem conv 3x3... as HF's ResNet embedder (7x7 stride-2 conv + 3x3 stride-2 max pool, so /4), then
+# one basic block per stage at widths 32, 64, 128 (stages 2 and 3 halve the size): 32 px -> 8 -> 4 -> 2, then global
+# pooling and a linear head; 0.31 M parameters with 10 classes. `image_size` is the recipe's input side (ResNet itself
+# takes any size): kept in the config for the input path, the processor and the card.
+CNN_PRESETS: dict[str, dict] = {
+    "resnet-tiny-cpu": {"image_size": 32, "embedding_size": 32, "hidden_sizes": [32, 64, 128], "depths": [1, 1, 1],
+                        "layer_type": "basic"},
+}  # fmt: skip
+ALL_PRESETS = (*MODEL_PRESETS, *CNN_PRESETS)
+
+
+def is_cnn(config) -> bool:
+    """A model without patches (a CNN preset's config, or any saved classifier without `patch_size`)."""
+    return getattr(config, "patch_size", None) is None
+
+
+def cnn_preset_config(preset: str, label_names: list[str], image_size: int | None = None) -> ResNetConfig:
+    """A ResNetConfig for a CNN preset, with the dataset's labels and input side."""
+    values = dict(CNN_PRESETS[preset])
+    values["image_size"] = image_size or values["image_size"]
+    return ResNetConfig(num_channels=3, **values, **label_maps(label_names))
+
+
 HEAD_PREFIXES = ("classifier.",)
 
 
@@ -77,10 +103,12 @@ def preset_config(
     attn_implementation: str = "sdpa",
     config_overrides: str | None = None,
 ) -> ViTConfig:
-    """A ViTConfig for a named preset, with the dataset's labels, optional resolution overrides and
-    `--config_overrides`."""
+    """A ViTConfig for a named preset (a ResNetConfig for a CNN preset), with the dataset's labels, optional
+    resolution overrides and `--config_overrides`."""
+    if preset in CNN_PRESETS:
+        return cnn_preset_config(preset, label_names, image_size)
     if preset not in MODEL_PRESETS:
-        raise UserInputError(f"--model_preset {preset!r} is unknown. Fix: use one of {', '.join(MODEL_PRESETS)}.")
+        raise UserInputError(f"--model_preset {preset!r} is unknown. Fix: use one of {', '.join(ALL_PRESETS)}.")
     values = dict(MODEL_PRESETS[preset])
     values["image_size"] = image_size or values["image_size"]
     values["patch_size"] = patch_size or values["patch_size"]
@@ -126,6 +154,8 @@ def _from_config(config):
             for tensor in (embeddings.cls_token, embeddings.distillation_token, embeddings.position_embeddings):
                 torch.nn.init.trunc_normal_(tensor, std=config.initializer_range)
         return model
+    if is_cnn(config):  # convolutions: no attention kernel to choose
+        return AutoModelForImageClassification.from_config(config)
     return AutoModelForImageClassification.from_config(config, attn_implementation=config._attn_implementation)
 
 

@@ -30,8 +30,12 @@ def format_report(report: dict) -> str:
         + ("   [SIMULATED slow ranks: " + str(s["simulated_slow_ranks"]) + "]" if s["simulated_slow_ranks"] else ""),
         "-" * 78,
         f"setup        {s['world_size']} process(es) on {s['num_nodes']} node(s), {zero}, {s['precision']}, "
-        f"{s['image_size']} px / patch {s['patch_size']} ({s['tokens_per_image']} tokens), "
-        f"{s['num_parameters'] / 1e6:.2f} M params"
+        + (
+            f"{s['image_size']} px / patch {s['patch_size']} ({s['tokens_per_image']} tokens), "
+            if s["patch_size"]
+            else f"{s['image_size']} px (CNN), "
+        )
+        + f"{s['num_parameters'] / 1e6:.2f} M params"
         + (
             f"; sequence parallel over {s['sequence_parallel_size']} ranks ({s['tokens_per_rank']} tokens per rank)"
             if sp > 1

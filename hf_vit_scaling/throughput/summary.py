@@ -103,7 +103,7 @@ def summarize(per_rank: list[dict], setup: dict) -> dict:
     images_per_s = images / measured_time if measured_time > 0 else None
     achieved_total = images_per_s * setup["train_flops_per_image"] / 1e12 if images_per_s else None
     achieved_per_device = achieved_total / world if achieved_total is not None else None
-    tokens = (setup["image_size"] // setup["patch_size"]) ** 2 + 1
+    tokens = (setup["image_size"] // setup["patch_size"]) ** 2 + 1 if setup["patch_size"] else None  # None: a CNN
     batch = global_batch_size(per_device, gas, world, sp)
     return {
         "schema_version": SCHEMA_VERSION,
@@ -127,7 +127,7 @@ def summarize(per_rank: list[dict], setup: dict) -> dict:
             "simulated_slow_ranks": {str(k): v for k, v in setup["simulated_slow_ranks"].items()},
             "rank_batches": setup["rank_batches"],
             "sequence_parallel_size": sp,
-            "tokens_per_rank": -(-tokens // sp),
+            "tokens_per_rank": -(-tokens // sp) if tokens else None,
         },
         "throughput": {
             "images_per_s": images_per_s,

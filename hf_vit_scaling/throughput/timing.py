@@ -30,9 +30,10 @@ from hf_vit_scaling.log import logger
 from hf_vit_scaling.models.flops import (
     as_pair,
     device_peak_tflops,
+    forward_macs_per_image,
+    has_patches,
     precision_name,
-    vit_forward_macs_per_image,
-    vit_train_flops_per_image,
+    train_flops_per_image,
 )
 from hf_vit_scaling.models.presets import count_parameters
 from hf_vit_scaling.parallel.distributed import gather_object, rank_and_world
@@ -210,7 +211,7 @@ class ThroughputCallback(TrainerCallback):
         if live["step_time_median"] is not None:  # None when every measured step followed a save/eval
             logs["throughput/step_time_s"] = round(live["step_time_median"], 5)
         if self.peak_tflops and self.model is not None:
-            tflops = live["images_per_s"] / self.sp * vit_train_flops_per_image(self.model.config) / 1e12
+            tflops = live["images_per_s"] / self.sp * self._train_flops() / 1e12
             logs["throughput/mfu"] = round(tflops / self.peak_tflops, 5)
 
     def on_train_end(self, args, state, control, **kwargs):
@@ -272,6 +273,12 @@ class ThroughputCallback(TrainerCallback):
             "node": f"{platform.node()}#{os.environ.get('GROUP_RANK', os.environ.get('NODE_RANK', '0'))}",
         }
 
+    def _train_flops(self) -> int:
+        """Training FLOPs per image: the ViT formula, or a CNN's counted forward x 3 (counted once)."""
+        if getattr(self, "_train_flops_per_image", None) is None:
+            self._train_flops_per_image = train_flops_per_image(self.model.config)
+        return self._train_flops_per_image
+
     def _setup(self, args) -> dict:
         config = self.model.config
         engine = self.engine
@@ -283,10 +290,10 @@ class ThroughputCallback(TrainerCallback):
             "offload": engine.offload if engine is not None else {},
             "precision": precision_name(args.bf16, args.fp16, args.tf32),
             "image_size": as_pair(config.image_size)[0],
-            "patch_size": as_pair(config.patch_size)[0],
+            "patch_size": as_pair(config.patch_size)[0] if has_patches(config) else None,
             "num_parameters": count_parameters(self.model),
-            "forward_macs_per_image": vit_forward_macs_per_image(config),
-            "train_flops_per_image": vit_train_flops_per_image(config),
+            "forward_macs_per_image": forward_macs_per_image(config),
+            "train_flops_per_image": self._train_flops(),
             "versions": _versions(),
             "simulated_slow_ranks": self.slow_ranks,
             "rank_batches": self.rank_batches,

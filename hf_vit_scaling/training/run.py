@@ -31,6 +31,7 @@ from hf_vit_scaling.models.presets import (
     build_model_from_preset,
     count_parameters,
     image_processor_for,
+    is_cnn,
     load_model_for_finetuning,
     preset_config,
     with_distillation_token,
@@ -133,7 +134,10 @@ def build_model(model_args, label_names: list[str], distillation_token: bool = F
         config = with_distillation_token(config)
         changed += " with a distillation token (DeiT)"
     model = build_model_from_preset(config)
-    initialize_weights(model, model_args.weight_init, model_args.position_embedding_init)
+    if not is_cnn(config):
+        initialize_weights(model, model_args.weight_init, model_args.position_embedding_init)
+    if is_cnn(config):
+        return model, processor, f"{model_args.preset} (CNN) trained from scratch"
     init = describe_init(model_args.weight_init, model_args.position_embedding_init)
     return model, processor, f"{model_args.preset}{changed} trained from scratch{init}"
 
@@ -244,7 +248,7 @@ def model_card_facts(args, world: World, data, model, model_desc: str) -> dict:
             "model": args.model.model_name_or_path or args.model.preset,
             "parameters": f"{count_parameters(model) / 1e6:.2f} M",
             "image size": model.config.image_size,
-            "patch size": model.config.patch_size,
+            "patch size": getattr(model.config, "patch_size", None) or "none (CNN)",
             "classes": len(data.label_names),
             "engine": world.engine.describe(),
             "ds_config": world.engine.ds_config_path or "none",

@@ -87,3 +87,18 @@ def test_teacher_classes_must_be_the_data_s_and_both_lists_are_named():
     message = str(err.value)
     assert "teacher ['cat', 'dog', 'fox']" in message and "data ['dog', 'cat', 'fox']" in message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--patch_size", "4"], "--patch_size appl\\(y/ies\\) to a ViT"),
+        (["--weight_init", "jax"], "--weight_init appl\\(y/ies\\) to a ViT"),
+        (["--drop_path_rate", "0.1"], "--drop_path_rate work\\(s\\) on a ViT's tokens or blocks"),
+        (["--layer_decay", "0.75"], "--layer_decay work\\(s\\) on a ViT's tokens or blocks"),
+    ],
+)
+def test_vit_only_flags_with_a_cnn_preset_are_refused(tmp_path, flags, message):
+    with pytest.raises(UserInputError, match=message) as err:
+        parse(tmp_path, "--model_preset", "resnet-tiny-cpu", *flags)
+    assert "\n" not in str(err.value) and "resnet-tiny-cpu" in str(err.value)

@@ -226,3 +226,28 @@ def test_matmul_probe_cpu():
     tflops = measure_matmul_peak_tflops(device="cpu", dtype=torch.float32, size=128, seconds=0.05)
     assert isinstance(tflops, float)
     assert math.isfinite(tflops) and tflops > 0
+
+
+def test_cnn_flops_are_counted_on_one_image_and_tripled_for_training():
+    """A CNN has no formula here: torch's FlopCounterMode counts its forward (on the meta device); the count equals
+    one on real weights, its stem conv alone is 2 x 8 x 8 x 32 x 3 x 7 x 7 FLOPs of it (16 px, stride 2), and
+    training is 3 x forward."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoModelForImageClassification
+
+    from hf_vit_scaling.models.flops import (
+        counted_forward_flops_per_image,
+        forward_macs_per_image,
+        train_flops_per_image,
+    )
+    from hf_vit_scaling.models.presets import preset_config
+
+    config = preset_config("resnet-tiny-cpu", [str(i) for i in range(10)], image_size=16)
+    counted = counted_forward_flops_per_image(config)
+    model = AutoModelForImageClassification.from_config(config).eval()
+    with FlopCounterMode(display=False) as counter:
+        model(pixel_values=torch.zeros(1, 3, 16, 16))
+    assert counted == counter.get_total_flops()
+    assert counted > 2 * 8 * 8 * 32 * 3 * 7 * 7
+    assert forward_macs_per_image(config) == counted // 2 and train_flops_per_image(config) == 3 * counted

@@ -118,3 +118,16 @@ def test_config_overrides_change_the_preset_with_typed_values():
 def test_bad_config_overrides_are_refused_before_anything_loads(tmp_path, argv, message):
     with pytest.raises(UserInputError, match=message):
         parse_args(["--output_dir", str(tmp_path), *argv])
+
+
+def test_cnn_preset_is_a_small_resnet_with_the_data_s_classes():
+    from transformers import ResNetForImageClassification
+
+    from hf_vit_scaling.models.presets import build_model_from_preset, is_cnn, preset_config
+
+    config = preset_config("resnet-tiny-cpu", [str(i) for i in range(10)], image_size=16)
+    model = build_model_from_preset(config)
+    assert isinstance(model, ResNetForImageClassification) and is_cnn(config) and config.image_size == 16
+    assert config.hidden_sizes == [32, 64, 128] and config.depths == [1, 1, 1] and config.layer_type == "basic"
+    assert sum(p.numel() for p in model.parameters()) == 312_490  # the 0.31 M ResNet, with 3 channels
+    assert model.config.id2label[3] == "3"
