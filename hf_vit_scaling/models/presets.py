@@ -37,8 +37,8 @@ MODEL_PRESETS: dict[str, dict] = {name: dict(zip(PRESET_FIELDS, row)) for name, 
 DEFAULT_PRESET = "vit-tiny-cpu"
 
 # CNN teachers for distillation (DeiT's point: a CNN's locality helps on small data), as transformers' ResNet.
-# resnet-tiny-cpu: stem conv 3x3... as HF's ResNet embedder (7x7 stride-2 conv + 3x3 stride-2 max pool, so /4), then
-# one basic block per stage at widths 32, 64, 128 (stages 2 and 3 halve the size): 32 px -> 8 -> 4 -> 2, then global
+# resnet-tiny-cpu: transformers' ResNet stem (7x7 stride-2 conv + 3x3 stride-2 max pool: /4), then one basic block
+# per stage at widths 32, 64, 128 (stages 2 and 3 halve the size): 32 px -> 8 -> 4 -> 2, then global
 # pooling and a linear head; 0.31 M parameters with 10 classes. `image_size` is the recipe's input side (ResNet itself
 # takes any size): kept in the config for the input path, the processor and the card.
 CNN_PRESETS: dict[str, dict] = {

@@ -6,9 +6,9 @@ label smoothing make them: DeiT's base criterion is then SoftTargetCrossEntropy)
 `losses.py` (`DistillationLoss.forward`) computes them:
 
 - soft: (1 - λ) CE(s_cls, y) + λ τ² Σ_i Σ_c p_t,ic (log p_t,ic - log p_s,ic) / (n C), with p = softmax(logits / τ).
-  DeiT divides the summed KL by `outputs_kd.numel()` = n C, not by n (batchmean); its authors kept that to match the
-  paper's results (deit issues #61, #116). So the paper's soft setting, τ 3 and λ 0.1 (section 5), means here what
-  it meant there; against a batchmean KL the term is 1/C as large (10 classes: 0.1x).
+  DeiT divides the summed KL by `outputs_kd.numel()` = n C, not by n (batchmean), as asked in deit issue #116. Kept
+  here, so the paper's soft setting, τ 3 and λ 0.1, means what it meant there; against a batchmean KL the term is
+  1/C as large (10 classes: 0.1x).
 - hard: (1 - λ) CE(s_cls, y) + λ CE(s_dist, argmax_c t), λ ½: DeiT's hard-label distillation.
 
 A plain ViT student has one head: s_cls = s_dist = its logits (the class token learns from both). A student with a
@@ -31,7 +31,7 @@ from hf_vit_scaling.regularization.mixing import soft_target_cross_entropy, soft
 from hf_vit_scaling.training.losses import reduce_per_image_loss
 
 DISTILLATION_TYPES = ("none", "soft", "hard")
-# DeiT's values: soft τ 3, λ 0.1 (paper, section 5); hard λ ½ (½ label CE + ½ teacher-argmax CE).
+# DeiT's values: soft τ 3, λ 0.1 (the paper's soft distillation); hard λ ½ (½ label CE + ½ teacher-argmax CE).
 DEFAULT_ALPHA = {"soft": 0.1, "hard": 0.5}
 DEFAULT_TAU = 3.0
 

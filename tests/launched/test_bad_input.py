@@ -105,7 +105,37 @@ CASES = {
         ["--weight_decay must be >= 0, got -0.1", "e.g. --weight_decay 0.05"],
     ),
     "unknown flag": (lambda t: ["--no_such_flag", "1"], ["--no_such_flag is not a flag", "--help"]),
+    "distillation flag without a teacher": (
+        lambda t: ["--distillation_tau", "2"],
+        ["--distillation_tau without --teacher_model", "Fix: add --teacher_model"],
+    ),
+    "teacher folder missing": (
+        lambda t: ["--teacher_model", str(t / "no_teacher")],
+        ["--teacher_model", "no_teacher", "does not exist"],
+    ),
+    "teacher without weights": (
+        lambda t: ["--teacher_model", save_teacher(t / "teacher", [str(i) for i in range(10)], weights=False)],
+        ["--teacher_model", "could not be read", "save_pretrained"],
+    ),
+    "teacher with other classes": (
+        lambda t: ["--teacher_model", save_teacher(t / "teacher", [f"c{i}" for i in range(10)])],
+        ["teacher ['c0', 'c1'", "data ['0', '1'", "Fix:"],
+    ),
 }
+
+
+def save_teacher(folder, labels: list[str], weights: bool = True) -> str:
+    """A tiny ResNet classifier with these classes, saved (or only its config) as a --teacher_model folder."""
+    from transformers import ResNetConfig, ResNetForImageClassification
+
+    config = ResNetConfig(embedding_size=8, hidden_sizes=[8], depths=[1], layer_type="basic",
+                          num_labels=len(labels), id2label=dict(enumerate(labels)),
+                          label2id={name: i for i, name in enumerate(labels)})  # fmt: skip
+    if weights:
+        ResNetForImageClassification(config).save_pretrained(folder)
+    else:
+        config.save_pretrained(folder)
+    return str(folder)
 
 
 # One fresh process runs the recipe's main() once per case (what `python recipes/train_vit.py ARGS` runs after its
