@@ -4,8 +4,9 @@ says (docs/reliability.md has the table).
 Each engine's reference is its own uninterrupted 2-process run (`engine_runs`: 12 steps of 2 x 16 images, a
 checkpoint at steps 6 and 12), which test_fsdp.py already holds to plain DDP's losses and weights. One more run per
 engine checks the rest, resumed from that run's checkpoint-6:
-  - DDP and ZeRO 0-3 (with and without offload) resume on ONE process (DDP's whole checkpoint as the plain Trainer,
-    ZeRO 1-3 through DeepSpeed's universal checkpoint); FSDP2, which the recipe refuses on one process, resumes on 2;
+  - DDP, ZeRO 0-2 and both offloads resume on ONE process (DDP's whole checkpoint as the plain Trainer, ZeRO 1-3
+    through DeepSpeed's universal checkpoint); FSDP2, which the recipe refuses on one process, and ZeRO-3, whose
+    2 -> 1 resume drifts (an expected failure of its own), resume on 2;
   - the same global batch of 32 as 2 micro-batches (gradient accumulation 2: 1 x 16 x 2, or 2 x 8 x 2 for FSDP2)
     instead of one: the data order and loss are the reference's, so steps 7-12 must log its losses and checkpoint-12
     must hold its final weights: (b) exact resume, (c) accumulation, (d) another world size at once;
@@ -39,7 +40,9 @@ RESUMED_STEPS = list(range(RESUME_AT + 1, ENGINE_STEPS + 1))
 
 
 def resumes_on_one_process(engine: str) -> bool:
-    return not engine.startswith("fsdp2")
+    """FSDP2: the recipe refuses one process. ZeRO-3: 2 -> 1 drifts (the expected failure below), so its matrix
+    cells resume on the 2 processes that saved it, and its 2 -> 1 resume is a test of its own."""
+    return not engine.startswith("fsdp2") and engine != "zero3"
 
 
 def losses_by_step(output_dir, key: str = "loss") -> dict[int, float]:
@@ -86,13 +89,13 @@ def resumed_runs(engine_runs, tmp_path_factory):
     first use."""
     done = {}
 
-    def get(engine: str):
-        if engine not in done:
+    def get(engine: str, one: bool | None = None):
+        one = resumes_on_one_process(engine) if one is None else one
+        if (engine, one) not in done:
             reference, _, _ = engine_runs[engine]
-            out = tmp_path_factory.mktemp(f"resumed_{engine}")
+            out = tmp_path_factory.mktemp(f"resumed_{engine}_{'one' if one else 'two'}")
             shutil.copytree(reference / f"checkpoint-{RESUME_AT}", out / f"checkpoint-{RESUME_AT}")
             launcher, engine_args = ENGINES[engine]
-            one = resumes_on_one_process(engine)
             cmd = [
                 *launcher_cmd("python" if one else launcher, 1 if one else 2), RECIPE, "--output_dir", out,
                 *TINY_ARGS, *engine_args,
@@ -103,30 +106,16 @@ def resumed_runs(engine_runs, tmp_path_factory):
                 "--metric_for_best_model", "loss", "--greater_is_better", BEST_IS_HIGHER,
                 "--resume_from_checkpoint", out / f"checkpoint-{RESUME_AT}",
             ]  # fmt: skip
-            done[engine] = (out, run(cmd))
-        out, proc = done[engine]
+            done[engine, one] = (out, run(cmd))
+        out, proc = done[engine, one]
         assert proc.returncode == 0, f"{engine}: the resumed run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
         return out, proc
 
     return get
 
 
-# Found: DeepSpeed's universal checkpoint resumes ZeRO-3 (with the Trainer's torch AdamW) 2 -> 1 processes with the
-# weights exact (step 7's loss is the reference's) but the next updates off: rel. 1e-5 at step 8, 3e-4 by step 12,
-# with or without accumulation. ZeRO-3 resumed on the same 2 processes, ZeRO-3 + offload (DeepSpeed's CPU Adam) and
-# ZeRO 1-2 through the same universal path are exact. Strict: the test fails once it passes (an upstream fix).
-ZERO3_UNIVERSAL = pytest.mark.xfail(
-    strict=True, reason="ZeRO-3 universal-checkpoint resume drifts (docs/reliability.md)"
-)
-RESUME_ENGINES = [pytest.param(e, marks=ZERO3_UNIVERSAL) if e == "zero3" else e for e in ENGINES]
-
-
-@pytest.mark.parametrize("engine", RESUME_ENGINES)
-def test_resume_on_another_world_size_with_accumulation_gives_the_reference_run(engine_runs, resumed_runs, engine):
-    reference, _, _ = engine_runs[engine]
-    out, proc = resumed_runs(engine)
-    if resumes_on_one_process(engine) and engine != "ddp" and engine != "zero0":
-        assert "saved by 2 process(es), this run has 1" in proc.stdout, f"{engine}: no universal checkpoint"
+def assert_resume_gives_the_reference_run(reference, out, engine: str) -> None:
+    """Steps 7-12's losses, the evaluations at 9 and 12 and checkpoint-12's weights are the reference run's."""
     expected, got = losses_by_step(reference), losses_by_step(out)
     expected_eval, got_eval = losses_by_step(reference, "eval_loss"), losses_by_step(out, "eval_loss")
     assert [got_eval.get(step) for step in (9, 12)] == pytest.approx([expected_eval[9], expected_eval[12]], rel=1e-5)
@@ -141,6 +130,26 @@ def test_resume_on_another_world_size_with_accumulation_gives_the_reference_run(
         atol=1e-6,
     )
     assert differs is None, f"{engine}, resume + accumulation: weights at step {ENGINE_STEPS} differ at {differs}"
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_resume_with_accumulation_gives_the_reference_run(engine_runs, resumed_runs, engine):
+    """On one process where the engine allows it (another world size), else on the two that saved it."""
+    out, proc = resumed_runs(engine)
+    universal = resumes_on_one_process(engine) and engine not in ("ddp", "zero0")
+    assert universal == ("saved by 2 process(es), this run has 1" in proc.stdout), f"{engine}: universal checkpoint?"
+    assert_resume_gives_the_reference_run(engine_runs[engine][0], out, engine)
+
+
+# Found: DeepSpeed's universal checkpoint resumes ZeRO-3 (with the Trainer's torch AdamW) 2 -> 1 processes with the
+# weights exact (step 7's loss is the reference's) but the next updates off: rel. 1e-5 at step 8, 3e-4 by step 12,
+# with or without accumulation. ZeRO-3 resumed on the same 2 processes, ZeRO-3 + offload (DeepSpeed's CPU Adam) and
+# ZeRO 1-2 through the same universal path are exact. Strict: the test fails once it passes (an upstream fix).
+@pytest.mark.xfail(strict=True, reason="ZeRO-3 universal-checkpoint resume drifts (docs/reliability.md)")
+def test_zero3_resumed_on_one_process_through_the_universal_checkpoint(engine_runs, resumed_runs):
+    out, proc = resumed_runs("zero3", one=True)
+    assert "saved by 2 process(es), this run has 1" in proc.stdout
+    assert_resume_gives_the_reference_run(engine_runs["zero3"][0], out, "zero3, 2 -> 1")
 
 
 @pytest.mark.parametrize("engine", list(ENGINES))

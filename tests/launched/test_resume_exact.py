@@ -56,13 +56,6 @@ def uninterrupted(tmp_path_factory):
     return out
 
 
-@pytest.fixture(scope="module")
-def uninterrupted_ddp(tmp_path_factory):
-    out = tmp_path_factory.mktemp("uninterrupted_ddp")
-    run_recipe(out, *COMMON, "--max_steps", str(STEPS), launcher="torchrun", nproc=2)
-    return out
-
-
 def test_plain_trainer_resume_restores_every_tensor(uninterrupted, tmp_path):
     """The user's three commands: 12 steps; 6 steps; the same 12 steps resumed from checkpoint-6."""
     out = tmp_path / "b"
@@ -79,18 +72,18 @@ def test_plain_trainer_resume_restores_every_tensor(uninterrupted, tmp_path):
 
 
 @pytest.mark.distributed
-def test_plain_ddp_resume_from_latest_restores_every_tensor(uninterrupted_ddp, tmp_path):
-    """2 processes under plain DDP (torchrun), `--resume_from_checkpoint latest`: the uninterrupted run's
-    checkpoint-6 is what a run stopped at step 6 saves (constant learning rate), so it is copied, not re-trained."""
+def test_plain_ddp_resume_from_latest_restores_every_tensor(engine_runs, tmp_path):
+    """2 processes under plain DDP (torchrun), `--resume_from_checkpoint latest`, against the shared uninterrupted DDP
+    run (`engine_runs`, its own schedule): its checkpoint-6 is what a run killed after step 6 leaves, so it is
+    copied, not re-trained."""
+    reference, _, args = engine_runs["ddp"]
     out = tmp_path / "b"
     out.mkdir()
-    shutil.copytree(uninterrupted_ddp / "checkpoint-6", out / "checkpoint-6")
-    resumed = run_recipe(
-        out, *COMMON, "--max_steps", str(STEPS), "--resume_from_checkpoint", "latest", launcher="torchrun", nproc=2
-    )
+    shutil.copytree(reference / "checkpoint-6", out / "checkpoint-6")
+    resumed = run_recipe(out, *args, "--resume_from_checkpoint", "latest", launcher="torchrun", nproc=2)
     assert f"resuming from {out / 'checkpoint-6'}" in resumed.stdout
     assert MISSING_KEYS_WARNING not in resumed.stderr + resumed.stdout
-    assert_same_run(uninterrupted_ddp, out)
+    assert_same_run(reference, out)
 
 
 def test_a_checkpoint_missing_a_tensor_stops_the_resume_with_one_error_line(uninterrupted, tmp_path):
