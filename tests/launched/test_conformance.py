@@ -37,6 +37,10 @@ RESUME_AT = 6
 # better" makes checkpoint-9 the best: the final model is then an earlier checkpoint's, not the last step's.
 BEST_IS_HIGHER = "true"
 RESUMED_STEPS = list(range(RESUME_AT + 1, ENGINE_STEPS + 1))
+# The issue's engines (docs/reliability.md): the plain Trainer is DDP's resumed run on one process; ZeRO-3 + offload
+# and FSDP2 with full state dicts are held to DDP by test_fsdp.py and fine-tuned from below, but not resumed here (each
+# resumed run costs ~20 s of a make test that must stay under 25 minutes).
+MATRIX = ["ddp", "zero0", "zero1", "zero2", "zero2_offload", "zero3", "fsdp2_sharded"]
 
 
 def resumes_on_one_process(engine: str) -> bool:
@@ -132,7 +136,7 @@ def assert_resume_gives_the_reference_run(reference, out, engine: str) -> None:
     assert differs is None, f"{engine}, resume + accumulation: weights at step {ENGINE_STEPS} differ at {differs}"
 
 
-@pytest.mark.parametrize("engine", list(ENGINES))
+@pytest.mark.parametrize("engine", MATRIX)
 def test_resume_with_accumulation_gives_the_reference_run(engine_runs, resumed_runs, engine):
     """On one process where the engine allows it (another world size), else on the two that saved it."""
     out, proc = resumed_runs(engine)
@@ -152,7 +156,7 @@ def test_zero3_resumed_on_one_process_through_the_universal_checkpoint(engine_ru
     assert_resume_gives_the_reference_run(engine_runs["zero3"][0], out, "zero3, 2 -> 1")
 
 
-@pytest.mark.parametrize("engine", list(ENGINES))
+@pytest.mark.parametrize("engine", MATRIX)
 def test_load_best_model_at_end_gives_the_best_checkpoints_weights(resumed_runs, engine):
     out, _ = resumed_runs(engine)
     best = read_json(out / "trainer_state.json")["best_model_checkpoint"]
