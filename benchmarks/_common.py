@@ -2,6 +2,9 @@
 
 import json
 import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def report_result(result: dict, output: str | None) -> None:
@@ -10,3 +13,13 @@ def report_result(result: dict, output: str | None) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
         with open(output, "w") as f:
             json.dump(result, f, indent=2)
+
+
+def child_env(threads: int) -> dict:
+    """A benchmark's child process: this checkout's package, DeepSpeed's CPU accelerator, `threads` torch threads,
+    never the Hub, and no launcher's rank variables (one process, no launcher)."""
+    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        env.pop(key, None)
+    return env

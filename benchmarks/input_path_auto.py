@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import report_result  # benchmarks/_common.py (scripts run as benchmarks/<name>.py)
+from _common import child_env, report_result  # benchmarks/_common.py (scripts run as benchmarks/<name>.py)
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -50,20 +50,17 @@ def write_synthetic(folder: Path, count: int, classes: int = 2) -> dict:
     from imagenet_shaped import photo_jpeg
 
     rng = np.random.default_rng(0)
-    sizes = []
     for i in range(count):
         width, height = (int(side) for side in rng.integers(400, 641, 2))
         target = folder / f"class{i % classes}" / f"{i:05d}.jpg"
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists():
             target.write_bytes(photo_jpeg(rng, width, height))
-        sizes.append((width, height))
     return {"images": count, "classes": classes, "sides_px": [400, 640], "quality": 90}
 
 
 def run_recipe(args, train_dir: Path, path: str) -> dict:
-    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env = child_env(args.threads)
     with tempfile.TemporaryDirectory() as out:
         cmd = [
             sys.executable, str(REPO / "recipes" / "train_vit.py"), "--output_dir", out,

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import report_result  # benchmarks/_common.py (scripts run as benchmarks/<name>.py)
+from _common import child_env, report_result  # benchmarks/_common.py (scripts run as benchmarks/<name>.py)
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the checkout's package, also when another copy is installed
@@ -41,15 +41,6 @@ from hf_vit_scaling.throughput.schema import load_throughput_report  # noqa: E40
 ENGINES = {"plain": None, "zero0": "zero0.json", "zero2": "zero2.json", "zero3": "zero3.json"}
 DIGITS_LABELS = [str(digit) for digit in range(10)]
 LR = 1e-3
-
-
-def child_env(threads: int) -> dict:
-    """One process, no launcher: rank 0 of 1 over gloo (DeepSpeed's CPU accelerator), never the Hub."""
-    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
-        env.pop(key, None)
-    return env
 
 
 def deepspeed_step(model: torch.nn.Module, ds_config: Path, batch_size: int, steps: int, scratch: str):

@@ -3,7 +3,7 @@
 
 import os
 
-from hf_vit_scaling.arguments.field_checks import require_folder, require_in_range
+from hf_vit_scaling.arguments.field_checks import refuse_given_flags, require_folder, require_in_range
 from hf_vit_scaling.arguments.regularization import check_regularization
 from hf_vit_scaling.arguments.streaming import check_streaming
 from hf_vit_scaling.errors import UserInputError
@@ -176,12 +176,13 @@ def check_distillation(args) -> None:
             ("--weight_init", model.weight_init != "hf"),
             ("--position_embedding_init", model.position_embedding_init != "random"),
         ]
-        given = [flag for flag, on in vit_only if on]
-        if given:
-            raise UserInputError(
-                f"{', '.join(given)} work(s) on a plain ViT's blocks, and --distillation_token trains a DeiT. Fix: "
-                f"drop {', '.join(given)}, or --distillation_token."
-            )
+        refuse_given_flags(
+            vit_only,
+            lambda flags: (
+                f"{flags} work(s) on a plain ViT's blocks, and --distillation_token trains a DeiT. Fix: "
+                f"drop {flags}, or --distillation_token."
+            ),
+        )
     if args.engine.sequence_parallel_size > 1:
         raise UserInputError(
             "--teacher_model with --sequence_parallel_size above 1: the teacher runs whole images on each rank, and "
@@ -201,12 +202,13 @@ def check_cnn(args) -> None:
         ("--layer_decay", reg.layer_decay is not None),
         ("--distillation_token", args.distillation.distillation_token),
     ]
-    given = [flag for flag, on in vit_only if on]
-    if given:
-        raise UserInputError(
-            f"{', '.join(given)} work(s) on a ViT's tokens or blocks, and --model_preset {args.model.preset} is a "
-            f"CNN. Fix: drop {', '.join(given)}."
-        )
+    refuse_given_flags(
+        vit_only,
+        lambda flags: (
+            f"{flags} work(s) on a ViT's tokens or blocks, and --model_preset {args.model.preset} is a "
+            f"CNN. Fix: drop {flags}."
+        ),
+    )
 
 
 def validate_args(args) -> None:

@@ -96,3 +96,11 @@ def require_file(flag: str, path: str | None, fix: str) -> None:
     if os.path.isdir(path):
         raise UserInputError(f"--{flag} {path!r} is a folder, not a file. Fix: {fix}")
     raise UserInputError(f"--{flag} {path!r} does not exist. Fix: {fix}")
+
+
+def refuse_given_flags(conditions: list[tuple[str, bool]], explain) -> None:
+    """One error naming every flag of `conditions` ((flag, given) pairs) that is given; `explain(flags)` writes the
+    message from the flags' names joined by commas. Nothing when none is given."""
+    given = [flag for flag, on in conditions if on]
+    if given:
+        raise UserInputError(explain(", ".join(given)))

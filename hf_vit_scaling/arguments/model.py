@@ -7,7 +7,7 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 from transformers import ViTConfig
 
-from hf_vit_scaling.arguments.field_checks import require_at_least, require_folder
+from hf_vit_scaling.arguments.field_checks import refuse_given_flags, require_at_least, require_folder
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.models.presets import (
     ALL_PRESETS,
@@ -138,12 +138,12 @@ def check_cnn_preset(model_args) -> None:
         ("--position_embedding_init", model_args.position_embedding_init != "random"),
         ("--attn_implementation", model_args.attn_implementation != "sdpa"),
     ]
-    given = [flag for flag, on in vit_only if on]
-    if given:
-        raise UserInputError(
-            f"{', '.join(given)} appl(y/ies) to a ViT, and --model_preset {model_args.preset} is a CNN. Fix: drop "
-            f"{', '.join(given)}."
-        )
+    refuse_given_flags(
+        vit_only,
+        lambda flags: (
+            f"{flags} appl(y/ies) to a ViT, and --model_preset {model_args.preset} is a CNN. Fix: drop {flags}."
+        ),
+    )
 
 
 MODEL_PATH_FIX = "pass a saved model's folder (config.json, weights) or a Hub id such as google/vit-base-patch16-224."

@@ -18,6 +18,7 @@ from transformers.utils import cached_file, is_torchvision_available
 
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.log import logger
+from hf_vit_scaling.models.flops import has_patches
 from hf_vit_scaling.models.weights import read_state_dict, some_keys
 
 # Standard sizes: ViT-B/L/H from Dosovitskiy et al. 2021 (Table 1), Ti/S from DeiT (Touvron et al. 2021).
@@ -50,7 +51,7 @@ ALL_PRESETS = (*MODEL_PRESETS, *CNN_PRESETS)
 
 def is_cnn(config) -> bool:
     """A model without patches (a CNN preset's config, or any saved classifier without `patch_size`)."""
-    return getattr(config, "patch_size", None) is None
+    return not has_patches(config)
 
 
 def cnn_preset_config(preset: str, label_names: list[str], image_size: int | None = None) -> ResNetConfig:

@@ -134,10 +134,9 @@ def build_model(model_args, label_names: list[str], distillation_token: bool = F
         config = with_distillation_token(config)
         changed += " with a distillation token (DeiT)"
     model = build_model_from_preset(config)
-    if not is_cnn(config):
-        initialize_weights(model, model_args.weight_init, model_args.position_embedding_init)
-    if is_cnn(config):
+    if is_cnn(config):  # the ViT weight inits do not apply (check_cnn_preset refused their flags)
         return model, processor, f"{model_args.preset} (CNN) trained from scratch"
+    initialize_weights(model, model_args.weight_init, model_args.position_embedding_init)
     init = describe_init(model_args.weight_init, model_args.position_embedding_init)
     return model, processor, f"{model_args.preset}{changed} trained from scratch{init}"
 
