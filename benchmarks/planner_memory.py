@@ -56,7 +56,7 @@ TABLE = {
     "zero2-s16-bf16": ("zero2", "vit-s-16", 224, 4, False, "bf16"),
     "zero3-s16-bf16": ("zero3", "vit-s-16", 224, 4, False, "bf16"),
 }
-# bf16 for every engine (issue 24: ZeRO-2 + checkpointing and FSDP2 were underestimated in bf16), at the table's
+# bf16 for every engine (ZeRO-2 + checkpointing and FSDP2 were once underestimated in bf16), at the table's
 # configurations.
 BF16 = {
     "ddp-s16-gc-bf16": ("ddp", "vit-s-16", 224, 4, True, "bf16"),

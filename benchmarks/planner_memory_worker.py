@@ -5,7 +5,7 @@ Every engine runs through the Trainer as the recipe runs it: DeepSpeed with ds_c
 variants included), FSDP2 with `--fsdp --fsdp_config fsdp_configs/fsdp2.json` after the recipe's own CPU setup
 (`hf_vit_scaling.parallel.engine.start_engine`), DDP with neither; `--precision bf16` is the Trainer's `bf16=True`
 (DeepSpeed's bf16 engine, autocast for DDP, MixedPrecisionPolicy(param_dtype=bf16) + autocast for FSDP2). Until
-issue 24 the FSDP2 rows applied `fully_shard` by hand and trained in fp32 whatever --precision said. `trained` in
+the bf16 fix the FSDP2 rows applied `fully_shard` by hand and trained in fp32 whatever --precision said. `trained` in
 the output records what actually ran.
 
 How memory is measured on a CPU. torch keeps no allocator statistics for CPU tensors (`torch.cpu` has no

@@ -129,5 +129,5 @@ def test_cnn_preset_is_a_small_resnet_with_the_data_s_classes():
     model = build_model_from_preset(config)
     assert isinstance(model, ResNetForImageClassification) and is_cnn(config) and config.image_size == 16
     assert config.hidden_sizes == [32, 64, 128] and config.depths == [1, 1, 1] and config.layer_type == "basic"
-    assert sum(p.numel() for p in model.parameters()) == 312_490  # the 0.31 M ResNet, with 3 channels
+    assert sum(p.numel() for p in model.parameters()) == 312_490  # 0.31 M parameters, with 3 input channels
     assert model.config.id2label[3] == "3"

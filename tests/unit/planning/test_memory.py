@@ -95,7 +95,7 @@ def test_project_zero1_config_bucket_is_visible_in_the_plan():
     assert any("reduce_bucket_size" in note for note in engine_memory("zero1", without).notes)
 
 
-# ViT-S/16 at 224 px with 10 classes on 2 ranks in bf16 (issue 24's configurations): s = 197 tokens, h = 384,
+# ViT-S/16 at 224 px with 10 classes on 2 ranks in bf16 (the measured configurations): s = 197 tokens, h = 384,
 # MLP width I = 1536 (MLP), L = 12 layers, a = 6 heads, 3 x 224 x 224 pixels an image.
 VIT_S = vit_shape(MODEL_PRESETS["vit-s-16"], num_labels=10)
 S, H, MLP, L, A, PIXELS = 197, 384, 1536, 12, 6, 3 * 224 * 224
