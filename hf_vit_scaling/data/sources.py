@@ -7,6 +7,7 @@ column (kept encoded: see `decoding`) and an integer label column, checked befor
 """
 
 import glob
+import importlib.util
 import os
 
 import numpy as np
@@ -28,15 +29,29 @@ BUILTIN_DATASET = "sklearn-digits"
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 
 
+def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's bundled digits as (images (1797, 8, 8) of 0..16, labels (1797,)), read from the CSV that
+    `sklearn.datasets.load_digits` reads (`datasets/data/digits.csv.gz`: 64 pixels then the label per row) without
+    importing scikit-learn: `import sklearn.datasets` costs about a second of start-up in every process that loads the
+    built-in set (most launched tests). Falls back to `load_digits` if a scikit-learn release moves the file."""
+    spec = importlib.util.find_spec("sklearn")  # locates the package without running it
+    path = os.path.join(spec.submodule_search_locations[0], "datasets", "data", "digits.csv.gz") if spec else ""
+    if not os.path.isfile(path):
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        return digits.images, digits.target
+    rows = np.loadtxt(path, delimiter=",")
+    return rows[:, :-1].reshape(-1, 8, 8), rows[:, -1].astype(int)
+
+
 def builtin_digits() -> DatasetDict:
     """scikit-learn's bundled digits: 1,797 real 8x8 grayscale images of 0-9, no network needed."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
+    pixels, labels = digits_arrays()
     # Pixel values are 0..16; x16 (capped at 255) gives ordinary 8-bit grayscale.
-    images = [Image.fromarray(np.clip(img * 16, 0, 255).astype(np.uint8), mode="L") for img in digits.images]
+    images = [Image.fromarray(np.clip(img * 16, 0, 255).astype(np.uint8), mode="L") for img in pixels]
     features = Features({"image": ImageFeature(), "label": ClassLabel(names=[str(i) for i in range(10)])})
-    return DatasetDict(train=Dataset.from_dict({"image": images, "label": digits.target.tolist()}, features=features))
+    return DatasetDict(train=Dataset.from_dict({"image": images, "label": labels.tolist()}, features=features))
 
 
 def check_image_folder(folder: str, flag: str) -> None:

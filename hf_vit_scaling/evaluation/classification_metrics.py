@@ -8,7 +8,6 @@ scikit-learn's).
 """
 
 import numpy as np
-from sklearn.metrics import roc_auc_score, roc_curve
 
 
 def _ints(values) -> np.ndarray:
@@ -104,6 +103,8 @@ def roc_auc(references, scores, multi_class: str | None = None) -> float:
     """Area under the ROC curve (ties in scores count half, the Mann-Whitney U statistic / (n+ n-); Hanley & McNeil
     1982). Binary: `scores` is the positive class's score (N,). Multiclass (`multi_class="ovr"`): (N, K) probabilities,
     the unweighted mean of the one-vs-rest areas (scikit-learn's `roc_auc_score(average="macro")`)."""
+    from sklearn.metrics import roc_auc_score  # here, not at the top: scikit-learn adds ~1 s to every start-up
+
     y = _ints(references)
     if multi_class:
         return float(roc_auc_score(y, np.asarray(scores, dtype=np.float64), multi_class=multi_class, average="macro"))
@@ -113,6 +114,8 @@ def roc_auc(references, scores, multi_class: str | None = None) -> float:
 def roc_points(references, scores, pos_label: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(false positive rates, true positive rates, thresholds) of every distinct threshold, as scikit-learn's
     `roc_curve` (the first threshold is +inf: nothing predicted positive)."""
+    from sklearn.metrics import roc_curve
+
     fpr, tpr, thresholds = roc_curve(
         _ints(references),
         np.asarray(scores, dtype=np.float64).reshape(-1),

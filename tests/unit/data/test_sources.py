@@ -23,6 +23,33 @@ def test_builtin_digits_is_real_and_split():
     assert set(labels) == set(range(10))  # stratified: every class held out
 
 
+@pytest.mark.parametrize("file_found", [True, False], ids=["csv-read-directly", "load_digits-fallback"])
+def test_builtin_digits_are_scikit_learns_without_importing_it(monkeypatch, file_found):
+    """The built-in set reads scikit-learn's bundled CSV itself (start-up without `import sklearn.datasets`), and
+    equals `load_digits` pixel for pixel; if the file is not where it was, `load_digits` is used."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    from hf_vit_scaling.data import sources
+
+    if not file_found:
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    images, labels = sources.digits_arrays()
+    reference = load_digits()
+    assert np.array_equal(images, reference.images) and np.array_equal(labels, reference.target)
+    if file_found:  # a fresh process: loading the built-in set imports no scikit-learn module
+        code = (
+            "import sys; from hf_vit_scaling.data.sources import builtin_digits; builtin_digits(); "
+            "print(sorted(m for m in sys.modules if m.startswith('sklearn')))"
+        )
+        loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        assert loaded == "[]\n", loaded
+
+
 def test_image_folder_mixed_modes_and_sizes_become_model_sized_rgb(tmp_path):
     make_image_folder(tmp_path / "train", MIXED)
     args = DataArguments(train_dir=str(tmp_path / "train"), train_val_split=0.25)
