@@ -9,7 +9,12 @@ import torch
 from PIL import Image
 
 from hf_vit_scaling.arguments.data import DataArguments
-from hf_vit_scaling.data.crop_decode import CropDecoder, attach_host_crop_transforms, jpeg_reduction
+from hf_vit_scaling.data.crop_decode import (
+    CropDecoder,
+    attach_host_crop_transforms,
+    crop_resize_uint8,
+    jpeg_reduction,
+)
 from hf_vit_scaling.data.decoding import pil_to_uint8_tensor
 from hf_vit_scaling.data.device_transforms import DevicePreprocessor, EvalCenterCrop, collate_uint8_batch
 from hf_vit_scaling.data.host_transforms import random_resized_crop_box
@@ -117,3 +122,19 @@ def test_variable_size_folder_gives_fixed_size_uint8_batches_for_the_device(tmp_
     assert batch["pixel_values"].dtype == torch.uint8 and batch["pixel_values"].shape == (len(split), 3, 8, 8)
     out = DevicePreprocessor(8, [0.5] * 3, [0.5] * 3, random_resized_crop=False)(batch["pixel_values"], train=train)
     assert out.shape == (len(split), 3, 8, 8) and out.dtype == torch.float32
+
+
+@pytest.mark.parametrize("region", [(40, 30), (120, 90), (300, 60), (300, 280)], ids=str)
+def test_resize_equals_the_antialiased_kernel_for_enlarged_shrunk_and_mixed_boxes(region):
+    """Plain bilinear for boxes enlarged on both sides (the cheaper kernel) and antialiased bilinear otherwise give
+    exactly the bytes of antialiased bilinear on every box."""
+    width, height = region
+    pixels = np.random.default_rng(width).integers(0, 256, (height + 10, width + 10, 3), dtype=np.uint8)
+    box = (5, 5, 5 + width, 5 + height)
+    out = crop_resize_uint8(Image.fromarray(pixels), box, 112)
+    region_chw = torch.from_numpy(pixels[5 : 5 + height, 5 : 5 + width]).permute(2, 0, 1).unsqueeze(0)
+    expected = torch.nn.functional.interpolate(
+        region_chw, size=(112, 112), mode="bilinear", antialias=True, align_corners=False
+    )[0]
+    assert out.dtype == torch.uint8 and out.shape == (3, 112, 112) and out.is_contiguous()
+    assert torch.equal(out, expected)
