@@ -99,12 +99,15 @@ def counted_forward_flops_per_image(config) -> int:
     """Forward FLOPs of ONE image through the config's AutoModelForImageClassification, counted by torch's
     `FlopCounterMode` (2 per multiply-accumulate of each convolution and matmul; norms, activations and pooling not
     counted, as the ViT formula leaves them out). For models without a formula here, i.e. CNNs. The model is built
-    on the meta device: no memory, no compute, only shapes. resnet-tiny-cpu at 32 px: 8.44 MFLOPs."""
+    on the meta device: no memory, no compute, only shapes, and whole under ZeRO-3 too (`zero3_init_off`).
+    resnet-tiny-cpu at 32 px: 8.44 MFLOPs."""
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import AutoModelForImageClassification
 
+    from hf_vit_scaling.models.zero3 import zero3_init_off
+
     height, width = as_pair(config.image_size)
-    with torch.device("meta"):
+    with torch.device("meta"), zero3_init_off():
         model = AutoModelForImageClassification.from_config(config).eval()  # batch norm: one image
     with FlopCounterMode(display=False) as counter:
         model(pixel_values=torch.zeros(1, config.num_channels, height, width, device="meta"))

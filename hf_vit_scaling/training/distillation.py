@@ -24,9 +24,9 @@ import os
 import torch
 import torch.nn.functional as F
 from transformers import AutoModelForImageClassification
-from transformers.integrations import deepspeed as hf_deepspeed
 
 from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.models.zero3 import zero3_init_off
 from hf_vit_scaling.regularization.mixing import soft_target_cross_entropy, soft_targets
 from hf_vit_scaling.training.losses import reduce_per_image_loss
 
@@ -156,14 +156,9 @@ def load_teacher_model(path: str) -> torch.nn.Module:
     line naming `--teacher_model`."""
     if not os.path.isdir(path):
         raise UserInputError(f"--teacher_model {path!r} is not a folder. Fix: {TEACHER_FIX}")
-    ref = hf_deepspeed._hf_deepspeed_config_weak_ref
-    zero_config = ref() if ref is not None else None
-    hf_deepspeed.unset_hf_deepspeed_config()
     try:
-        return AutoModelForImageClassification.from_pretrained(path)
+        with zero3_init_off():
+            return AutoModelForImageClassification.from_pretrained(path)
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         reason = " ".join(str(err).split())[:300]
         raise UserInputError(f"--teacher_model {path!r} could not be read ({reason}). Fix: {TEACHER_FIX}") from None
-    finally:
-        if zero_config is not None:
-            hf_deepspeed.set_hf_deepspeed_config(zero_config)

@@ -251,3 +251,24 @@ def test_cnn_flops_are_counted_on_one_image_and_tripled_for_training():
     assert counted == counter.get_total_flops()
     assert counted > 2 * 8 * 8 * 32 * 3 * 7 * 7
     assert forward_macs_per_image(config) == counted // 2 and train_flops_per_image(config) == 3 * counted
+
+
+def test_a_cnn_is_counted_whole_while_the_trainer_zero3_config_is_active():
+    """Under ZeRO-3 the Trainer's HfDeepSpeedConfig makes transformers build every model under `zero.Init`,
+    partitioned; the meta model the count runs on must be built whole (a partitioned convolution has no shape), and
+    the config is back in place after."""
+    from transformers.integrations import HfDeepSpeedConfig
+    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled, unset_hf_deepspeed_config
+
+    from hf_vit_scaling.models.flops import counted_forward_flops_per_image
+    from hf_vit_scaling.models.presets import preset_config
+
+    config = preset_config("resnet-tiny-cpu", [str(i) for i in range(10)])
+    zero3 = HfDeepSpeedConfig({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1})
+    try:
+        assert is_deepspeed_zero3_enabled()
+        assert counted_forward_flops_per_image(config) == 8_440_320
+        assert is_deepspeed_zero3_enabled()
+    finally:
+        unset_hf_deepspeed_config()
+    del zero3
