@@ -86,7 +86,8 @@ def main(argv=None) -> int:
         add_throughput_callback(trainer, warmup_steps=args.report.throughput_warmup_steps,
                                 peak_tflops=args.report.peak_tflops, engine=world.engine,
                                 slow_ranks=args.cluster.slow_ranks, rank_batches=inputs.rank_batches,
-                                sequence_parallel_size=args.engine.sequence_parallel_size)  # fmt: skip
+                                sequence_parallel_size=args.engine.sequence_parallel_size,
+                                teacher_config=inputs.teacher_config)  # fmt: skip
 
         # Training, then evaluation, reports, model card and the done line
         try:

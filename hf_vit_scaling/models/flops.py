@@ -60,6 +60,11 @@ def vit_forward_macs_per_image(config, image_size: int | tuple[int, int] | None 
     * ViT-L/16: N = 197, D = 1024 → 2.558 G per layer × 24 = 61.40 G, + patch 0.154 G → 61.56 G (timm: 61.6 G)
     * ViT-H/14: P = 256, N = 257, D = 1280 → 5.222 G per layer × 32 = 167.10 G, + patch 256·588·1280 = 0.193 G
       → 167.29 G (timm: 167.4 G)
+
+    A DeiT config (`model_type` "deit", the recipe's `--distillation_token` student,
+    `DeiTForImageClassificationWithTeacher`) has one more token, N = P + 2 (CLS + distillation), and two heads, on
+    the CLS and the distillation token: 2 · D · num_labels. vit-tiny-cpu at 16 px (P = 16, D = 96, I = 192, 4 layers,
+    10 classes): the ViT's 17 tokens cost 5,310,144 MACs, the DeiT's 18 tokens 5,632,896 (+6.1%).
     """
     img_h, img_w = as_pair(config.image_size if image_size is None else image_size)
     patch_h, patch_w = as_pair(config.patch_size)
@@ -71,7 +76,7 @@ def vit_forward_macs_per_image(config, image_size: int | tuple[int, int] | None 
 
     # HF ViTPatchEmbeddings uses a Conv2d with kernel = stride = patch, so partial patches are dropped (floor).
     num_patches = (img_h // patch_h) * (img_w // patch_w)
-    tokens = num_patches + 1  # + CLS token
+    tokens = num_patches + extra_tokens(config)  # + CLS (+ DeiT's distillation token)
 
     patch_embed = num_patches * (channels * patch_h * patch_w) * hidden
 
@@ -82,9 +87,35 @@ def vit_forward_macs_per_image(config, image_size: int | tuple[int, int] | None 
     mlp = 2 * tokens * hidden * inter  # fc1 D→I and fc2 I→D
     per_layer = qkv + scores + attn_v + out_proj + mlp
 
-    head = hidden * num_labels  # ViTForImageClassification classifies sequence_output[:, 0] (CLS) only
+    # ViTForImageClassification classifies sequence_output[:, 0] (CLS) only; DeiT's two heads also [:, 1].
+    head = classifier_heads(config) * hidden * num_labels
 
     return patch_embed + layers * per_layer + head
+
+
+def is_deit(config) -> bool:
+    """A DeiT config: the recipe's `--distillation_token` student (two tokens before the patches, two heads)."""
+    return getattr(config, "model_type", None) == "deit"
+
+
+def extra_tokens(config) -> int:
+    """Tokens besides the patches: CLS, and DeiT's distillation token."""
+    return 2 if is_deit(config) else 1
+
+
+def classifier_heads(config) -> int:
+    """Linear heads on the sequence: ViT's one on CLS; DeiT's two (`DeiTForImageClassificationWithTeacher`, the
+    DeiT the recipe builds; a one-head `DeiTForImageClassification` is over-counted by D x num_labels MACs)."""
+    return 2 if is_deit(config) else 1
+
+
+def tokens_per_image(config, image_size: int | tuple[int, int] | None = None) -> int | None:
+    """Sequence length of a ViT or DeiT (patches + extra tokens); None for any other model (a CNN)."""
+    if not has_vit_formula(config):
+        return None
+    img_h, img_w = as_pair(config.image_size if image_size is None else image_size)
+    patch_h, patch_w = as_pair(config.patch_size)
+    return (img_h // patch_h) * (img_w // patch_w) + extra_tokens(config)
 
 
 def vit_train_flops_per_image(config, image_size: int | tuple[int, int] | None = None) -> int:
@@ -95,18 +126,19 @@ def vit_train_flops_per_image(config, image_size: int | tuple[int, int] | None =
     return 3 * 2 * vit_forward_macs_per_image(config, image_size=image_size)
 
 
-def counted_forward_flops_per_image(config) -> int:
+def counted_forward_flops_per_image(config, image_size: int | tuple[int, int] | None = None) -> int:
     """Forward FLOPs of ONE image through the config's AutoModelForImageClassification, counted by torch's
     `FlopCounterMode` (2 per multiply-accumulate of each convolution and matmul; norms, activations and pooling not
     counted, as the ViT formula leaves them out). For models without a formula here, i.e. CNNs. The model is built
     on the meta device: no memory, no compute, only shapes, and whole under ZeRO-3 too (`zero3_init_off`).
-    resnet-tiny-cpu at 32 px: 8.44 MFLOPs."""
+    resnet-tiny-cpu at 32 px: 8.44 MFLOPs. `image_size` overrides `config.image_size` (a teacher runs at the
+    student's size)."""
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import AutoModelForImageClassification
 
     from hf_vit_scaling.models.zero3 import zero3_init_off
 
-    height, width = as_pair(config.image_size)
+    height, width = as_pair(config.image_size if image_size is None else image_size)
     with torch.device("meta"), zero3_init_off():
         model = AutoModelForImageClassification.from_config(config).eval()  # batch norm: one image
     with FlopCounterMode(display=False) as counter:
@@ -118,9 +150,25 @@ def has_patches(config) -> bool:
     return getattr(config, "patch_size", None) is not None
 
 
+def has_vit_formula(config) -> bool:
+    """A ViT or DeiT, which `vit_forward_macs_per_image` counts; other models with a `patch_size` (ConvNeXt's stem,
+    Swin's windows) are counted by `counted_forward_flops_per_image`."""
+    return has_patches(config) and getattr(config, "model_type", "vit") in ("vit", "deit")
+
+
+def forward_flops_per_image(config, image_size: int | tuple[int, int] | None = None) -> int:
+    """Forward FLOPs of ONE image: 2 x the ViT formula for a ViT or DeiT, counted by FlopCounterMode for anything
+    else (a CNN). `image_size` overrides the config's: a distillation teacher runs at the student's size
+    (resnet-tiny-cpu at 16 px: 2.11 MFLOPs, a quarter of its 8.44 at 32 px, as convolution FLOPs scale with the
+    pixels)."""
+    if has_vit_formula(config):
+        return 2 * vit_forward_macs_per_image(config, image_size=image_size)
+    return counted_forward_flops_per_image(config, image_size=image_size)
+
+
 def forward_macs_per_image(config) -> int:
-    """The ViT formula for a ViT; half the counted FLOPs for a CNN."""
-    return vit_forward_macs_per_image(config) if has_patches(config) else counted_forward_flops_per_image(config) // 2
+    """The ViT formula for a ViT or DeiT; half the counted FLOPs for a CNN."""
+    return forward_flops_per_image(config) // 2
 
 
 def train_flops_per_image(config) -> int:

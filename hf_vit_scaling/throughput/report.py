@@ -16,6 +16,15 @@ def _sync_and_optimizer(step: dict) -> str:
     return _fmt(step["est_sync_and_optimizer_mean"], ".4f", " s")
 
 
+def _teacher_flops(flops: dict) -> str:
+    """With a distillation teacher " + teacher 0.002 GFLOP forward/image (5.9% of those counted)", else ""."""
+    teacher = flops["teacher_forward_flops_per_image"]
+    if teacher is None:
+        return ""
+    share = flops["teacher_flops_fraction"]
+    return f" + teacher {teacher / 1e9:.3f} GFLOP forward/image ({share:.1%} of those counted)"
+
+
 def format_report(report: dict) -> str:
     """A readable table of the report, printed once by the main process."""
     s, t, st, fl, mem, rk = (report[k] for k in ("setup", "throughput", "step_time_s", "flops", "memory", "ranks"))
@@ -52,7 +61,7 @@ def format_report(report: dict) -> str:
         f"sync + optimizer {_sync_and_optimizer(st)}), data wait "
         f"{_fmt(st['data_wait_mean'], '.4f', ' s')}",
         f"FLOPs        {fl['forward_macs_per_image'] / 1e9:.3f} GMACs forward/image, "
-        f"{fl['train_flops_per_image'] / 1e9:.3f} GFLOP train/image; achieved "
+        f"{fl['train_flops_per_image'] / 1e9:.3f} GFLOP train/image{_teacher_flops(fl)}; achieved "
         f"{_fmt(fl['achieved_tflops_per_device'], '.4g')} TFLOP/s per device; peak "
         f"{_fmt(fl['peak_tflops_per_device'], '.4g')} ({fl['peak_source']}); MFU {_fmt(fl['mfu'], '.1%')}",
         f"memory       peak {mem['max_bytes'] / 2**20:.0f} MiB per device ({mem['kind']})",

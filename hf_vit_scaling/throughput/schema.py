@@ -5,7 +5,7 @@ docs/throughput.md is checked against `REPORT_SCHEMA` by the tests, so the page 
 
 import json
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 REPORT_FILENAME = "throughput.json"
 
 REPORT_SCHEMA: dict[str, dict[str, str]] = {
@@ -21,7 +21,7 @@ REPORT_SCHEMA: dict[str, dict[str, str]] = {
         "precision": "fp32, bf16, fp16 or tf32",
         "image_size": "input side in pixels",
         "patch_size": "patch side in pixels (null for a CNN)",
-        "tokens_per_image": "(image / patch)^2 + 1 (CLS); null for a CNN",
+        "tokens_per_image": "(image / patch)^2 + 1 (CLS), + 2 with a distillation token; null for a CNN",
         "num_parameters": "model parameters (full count under ZeRO-3)",
         "devices": "device names",
         "hostnames": "host names",
@@ -51,10 +51,15 @@ REPORT_SCHEMA: dict[str, dict[str, str]] = {
         "ZeRO gathers; null when negative (backward cheaper than 2 x forward)",
     },
     "flops": {
-        "forward_macs_per_image": "analytic ViT forward multiply-accumulates per image",
-        "train_flops_per_image": "3 x 2 x forward MACs (Kaplan et al. 2020)",
-        "achieved_tflops_per_device": "images/s x train FLOPs / world / 1e12",
-        "achieved_tflops_total": "images/s x train FLOPs / 1e12",
+        "forward_macs_per_image": "the student's forward multiply-accumulates per image (ViT formula, or counted "
+        "by FlopCounterMode for a CNN)",
+        "train_flops_per_image": "the student's 3 x 2 x forward MACs (Kaplan et al. 2020)",
+        "teacher_forward_flops_per_image": "a distillation teacher's forward FLOPs per image at the run's image "
+        "size (no backward); null without a teacher",
+        "teacher_flops_fraction": "teacher forward FLOPs / (train FLOPs + teacher forward FLOPs); null without a "
+        "teacher",
+        "achieved_tflops_per_device": "images/s x (train FLOPs + teacher forward FLOPs) / world / 1e12",
+        "achieved_tflops_total": "images/s x (train FLOPs + teacher forward FLOPs) / 1e12",
         "peak_tflops_per_device": "dense peak for the precision used",
         "peak_source": "user, table, matmul-probe or none",
         "mfu": "achieved / peak per device",
@@ -91,19 +96,32 @@ def upgrade_v1(report: dict) -> dict:
     if "tokens_per_image" in setup:
         setup.setdefault("tokens_per_rank", setup["tokens_per_image"])
     setup.setdefault("engine", "trainer" if setup.get("zero_stage") is None else "deepspeed")
-    report["schema_version"] = SCHEMA_VERSION
+    report["schema_version"] = 2
+    return report
+
+
+def upgrade_v2(report: dict) -> dict:
+    """Version 2 files (before a distillation teacher's FLOPs were counted) read as version 3: no teacher counted,
+    so the teacher's figures are null and the MFU is the student's alone, as it was."""
+    report.setdefault("flops", {})
+    report["flops"].setdefault("teacher_forward_flops_per_image", None)
+    report["flops"].setdefault("teacher_flops_fraction", None)
+    report["schema_version"] = 3
     return report
 
 
 def load_throughput_report(path: str) -> dict:
-    """Read a throughput.json (version 2, or version 1 upgraded), checking every section and key."""
+    """Read a throughput.json (version 3, or versions 1 and 2 upgraded), checking every section and key."""
     with open(path, encoding="utf-8") as f:
         report = json.load(f)
     version = report.get("schema_version")
     if version == 1:
         report = upgrade_v1(report)
+        version = 2
+    if version == 2:
+        report = upgrade_v2(report)
     elif version != SCHEMA_VERSION:
-        raise ValueError(f"{path}: throughput report schema {version!r}; this version reads 1 and {SCHEMA_VERSION}")
+        raise ValueError(f"{path}: throughput report schema {version!r}; this version reads 1 to {SCHEMA_VERSION}")
     missing = [
         f"{section}.{key}"
         for section, keys in REPORT_SCHEMA.items()

@@ -30,9 +30,11 @@ from hf_vit_scaling.log import logger
 from hf_vit_scaling.models.flops import (
     as_pair,
     device_peak_tflops,
+    forward_flops_per_image,
     forward_macs_per_image,
     has_patches,
     precision_name,
+    tokens_per_image,
     train_flops_per_image,
 )
 from hf_vit_scaling.models.presets import count_parameters
@@ -92,12 +94,13 @@ class ThroughputCallback(TrainerCallback):
 
     `engine` is a `parallel.engine.Engine` (None: the plain Trainer). `slow_ranks` only labels the report:
     `SlowRankSimulator` does the slowing. With `sequence_parallel_size` N every image enters forward on N ranks and
-    is counted once.
+    is counted once. `teacher_config`: a distillation teacher's config; its forward FLOPs per image (no backward: it
+    runs under `no_grad`) are counted beside the student's training FLOPs in the achieved TFLOP/s and MFU.
     """
 
     def __init__(self, warmup_steps: int = 5, peak_tflops: float | None = None, engine=None,
                  slow_ranks: dict[int, float] | None = None, rank_batches: list[int] | None = None,
-                 print_table: bool = True, sequence_parallel_size: int = 1):  # fmt: skip
+                 print_table: bool = True, sequence_parallel_size: int = 1, teacher_config=None):  # fmt: skip
         self.warmup_steps = warmup_steps
         self.user_peak_tflops = peak_tflops
         self.engine = engine
@@ -105,6 +108,7 @@ class ThroughputCallback(TrainerCallback):
         self.rank_batches = rank_batches
         self.print_table = print_table
         self.sp = sequence_parallel_size
+        self.teacher_config = teacher_config
         self.report: dict | None = None
         self._hooks = []
         self._reset()
@@ -211,7 +215,7 @@ class ThroughputCallback(TrainerCallback):
         if live["step_time_median"] is not None:  # None when every measured step followed a save/eval
             logs["throughput/step_time_s"] = round(live["step_time_median"], 5)
         if self.peak_tflops and self.model is not None:
-            tflops = live["images_per_s"] / self.sp * self._train_flops() / 1e12
+            tflops = live["images_per_s"] / self.sp * self._counted_flops() / 1e12
             logs["throughput/mfu"] = round(tflops / self.peak_tflops, 5)
 
     def on_train_end(self, args, state, control, **kwargs):
@@ -279,6 +283,19 @@ class ThroughputCallback(TrainerCallback):
             self._train_flops_per_image = train_flops_per_image(self.model.config)
         return self._train_flops_per_image
 
+    def _teacher_flops(self) -> int | None:
+        """The teacher's forward FLOPs per image at the student's image size (counted once), None without one."""
+        if self.teacher_config is None:
+            return None
+        if getattr(self, "_teacher_flops_per_image", None) is None:
+            size = as_pair(self.model.config.image_size)
+            self._teacher_flops_per_image = forward_flops_per_image(self.teacher_config, image_size=size)
+        return self._teacher_flops_per_image
+
+    def _counted_flops(self) -> int:
+        """FLOPs per training image the MFU counts: the student's forward + backward and the teacher's forward."""
+        return self._train_flops() + (self._teacher_flops() or 0)
+
     def _setup(self, args) -> dict:
         config = self.model.config
         engine = self.engine
@@ -291,9 +308,11 @@ class ThroughputCallback(TrainerCallback):
             "precision": precision_name(args.bf16, args.fp16, args.tf32),
             "image_size": as_pair(config.image_size)[0],
             "patch_size": as_pair(config.patch_size)[0] if has_patches(config) else None,
+            "tokens_per_image": tokens_per_image(config),
             "num_parameters": count_parameters(self.model),
             "forward_macs_per_image": forward_macs_per_image(config),
             "train_flops_per_image": self._train_flops(),
+            "teacher_forward_flops_per_image": self._teacher_flops(),
             "versions": _versions(),
             "simulated_slow_ranks": self.slow_ranks,
             "rank_batches": self.rank_batches,

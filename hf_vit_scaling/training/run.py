@@ -77,6 +77,7 @@ class TrainerInputs:
     rank_batches: list[int] | None
     compute_loss_func: object | None = None  # soft-target loss with Mixup/CutMix/label smoothing, or distillation
     ema: object | None = None  # EMACallback: the weights' moving average, continued from a resumed checkpoint
+    teacher_config: object | None = None  # a distillation teacher's config: its forward FLOPs join the MFU
 
 
 def prepare_world(args) -> World:
@@ -227,7 +228,8 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str) 
                                     f"{distil.distillation_alpha:g}, tau {distil.distillation_tau:g})")  # fmt: skip
     ema = EMACallback(reg.ema_decay, world.resume_from) if reg.ema_decay else None
     metrics = make_module_compute_metrics(data.label_names)  # top-1, top-5, macro F1; per-class kept aside
-    return TrainerInputs(splits, collate, metrics, card, rank_batches, loss, ema)
+    teacher_config = distillation.teacher.model.config if distillation is not None else None
+    return TrainerInputs(splits, collate, metrics, card, rank_batches, loss, ema, teacher_config)
 
 
 def model_card_facts(args, world: World, data, model, model_desc: str) -> dict:

@@ -253,6 +253,50 @@ def test_cnn_flops_are_counted_on_one_image_and_tripled_for_training():
     assert forward_macs_per_image(config) == counted // 2 and train_flops_per_image(config) == 3 * counted
 
 
+def test_deit_student_counts_its_distillation_token_and_second_head():
+    """The `--distillation_token` student (DeiTForImageClassificationWithTeacher): N = patches + 2 tokens and a
+    second head, so the formula equals FlopCounterMode's count on the real model (eager attention, as above), and
+    exceeds the same-size ViT's by one token through every layer and one head."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import DeiTConfig, DeiTForImageClassificationWithTeacher
+
+    from hf_vit_scaling.models.flops import tokens_per_image
+
+    sizes = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, patch_size=8,
+                 image_size=32, num_labels=7)  # fmt: skip
+    deit = DeiTConfig(**sizes)
+    deit._attn_implementation = "eager"
+    model = DeiTForImageClassificationWithTeacher(deit).eval()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(pixel_values=torch.randn(1, 3, 32, 32))
+    assert counter.get_total_flops() == 2 * vit_forward_macs_per_image(deit)
+    assert tokens_per_image(deit) == 16 + 2 and tokens_per_image(ViTConfig(**sizes)) == 16 + 1
+    # Per layer 4 N D^2 + 2 N^2 D + 2 N D I (QKV + output projection, attention, MLP) = 8,192 N + 64 N^2 at D = 32,
+    # I = 64; N = 18 against 17: 8,192 + 64 x 35 = 10,432 a layer, x 2 layers = 20,864, + a second head 32 x 7 = 224.
+    extra = 2 * (8_192 + 64 * (18 * 18 - 17 * 17)) + 32 * 7
+    assert extra == 21_088
+    assert vit_forward_macs_per_image(deit) - vit_forward_macs_per_image(ViTConfig(**sizes)) == extra
+
+
+def test_a_teacher_forward_is_counted_at_the_image_size_it_is_given():
+    """A teacher runs at the student's size, not its config's: a CNN counted there by FlopCounterMode (equal to a
+    count on the real model at that size), a ViT by 2 x the formula at that size."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoModelForImageClassification
+
+    from hf_vit_scaling.models.flops import forward_flops_per_image
+    from hf_vit_scaling.models.presets import preset_config
+
+    labels = [str(i) for i in range(10)]
+    cnn = preset_config("resnet-tiny-cpu", labels)  # its config says 32 px
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        AutoModelForImageClassification.from_config(cnn).eval()(pixel_values=torch.zeros(1, 3, 16, 16))
+    assert forward_flops_per_image(cnn, image_size=16) == counter.get_total_flops() == 2_112_000
+    assert forward_flops_per_image(cnn) == 8_440_320  # at its own 32 px: 4 x the pixels, ~4 x the FLOPs
+    vit = preset_config("vit-tiny-cpu", labels)
+    assert forward_flops_per_image(vit, image_size=16) == 2 * vit_forward_macs_per_image(vit, image_size=16)
+
+
 def test_a_cnn_is_counted_whole_while_the_trainer_zero3_config_is_active():
     """Under ZeRO-3 the Trainer's HfDeepSpeedConfig makes transformers build every model under `zero.Init`,
     partitioned; the meta model the count runs on must be built whole (a partitioned convolution has no shape), and

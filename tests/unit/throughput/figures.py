@@ -13,8 +13,9 @@ def rank_figures(images, measured_time, own_work, node="host#0"):
 
 SETUP = {
     "engine": "deepspeed", "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2, "zero_stage": 2,
-    "offload": {}, "precision": "fp32", "image_size": 32, "patch_size": 4, "num_parameters": 1000,
-    "forward_macs_per_image": 10**9, "train_flops_per_image": 6 * 10**9, "versions": {}, "simulated_slow_ranks": {},
+    "offload": {}, "precision": "fp32", "image_size": 32, "patch_size": 4, "tokens_per_image": 65,
+    "num_parameters": 1000, "forward_macs_per_image": 10**9, "train_flops_per_image": 6 * 10**9,
+    "teacher_forward_flops_per_image": None, "versions": {}, "simulated_slow_ranks": {},
     "rank_batches": None, "sequence_parallel_size": 1, "warmup_steps": 2, "peak_tflops": 1.0,
     "peak_source": "user", "memory_kind": "rss_peak_bytes",
 }  # fmt: skip

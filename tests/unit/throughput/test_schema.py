@@ -9,16 +9,30 @@ from hf_vit_scaling.throughput.summary import summarize
 from tests.unit.throughput.figures import SETUP, rank_figures
 
 
-def test_version_1_reports_load_as_version_2(tmp_path):
+def _older(version: int) -> dict:
+    """A report as that schema version wrote it: version 2 had no teacher figures, version 1 neither the engine nor
+    sequence parallelism."""
     report = summarize([rank_figures(10, 1.0, [0.1])], {**SETUP, "engine": "trainer", "zero_stage": None})
     old = json.loads(json.dumps(report))
-    old["schema_version"] = 1
-    for key in ("engine", "sequence_parallel_size", "tokens_per_rank"):
-        del old["setup"][key]
-    (tmp_path / "v1.json").write_text(json.dumps(old))
+    old["schema_version"] = version
+    for key in ("teacher_forward_flops_per_image", "teacher_flops_fraction"):
+        del old["flops"][key]
+    if version == 1:
+        for key in ("engine", "sequence_parallel_size", "tokens_per_rank"):
+            del old["setup"][key]
+    return old
+
+
+def test_version_1_and_2_reports_load_as_version_3(tmp_path):
+    (tmp_path / "v1.json").write_text(json.dumps(_older(1)))
     loaded = load_throughput_report(str(tmp_path / "v1.json"))
-    assert loaded["schema_version"] == 2 and loaded["setup"]["engine"] == "trainer"
+    assert loaded["schema_version"] == 3 and loaded["setup"]["engine"] == "trainer"
     assert loaded["setup"]["sequence_parallel_size"] == 1 and loaded["setup"]["tokens_per_rank"] == 65
-    (tmp_path / "v0.json").write_text(json.dumps({**old, "schema_version": 0}))
-    with pytest.raises(ValueError, match="reads 1 and 2"):
+    assert loaded["flops"]["teacher_forward_flops_per_image"] is None
+    (tmp_path / "v2.json").write_text(json.dumps(_older(2)))
+    loaded = load_throughput_report(str(tmp_path / "v2.json"))
+    assert loaded["schema_version"] == 3 and loaded["flops"]["teacher_flops_fraction"] is None
+    assert loaded["flops"]["mfu"] == _older(2)["flops"]["mfu"]  # the student's alone, as it was
+    (tmp_path / "v0.json").write_text(json.dumps({**_older(2), "schema_version": 0}))
+    with pytest.raises(ValueError, match="reads 1 to 3"):
         load_throughput_report(str(tmp_path / "v0.json"))

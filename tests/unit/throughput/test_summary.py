@@ -31,6 +31,23 @@ def test_summarize_is_pure_arithmetic_over_the_ranks():
         assert sorted(report[section]) == sorted(keys), section
 
 
+def test_mfu_counts_the_teacher_forward_beside_the_student_training_flops():
+    # 2 x 64 images over the slowest rank's 4 s = 32 images/s; each costs the student's 6 GFLOP of training and the
+    # teacher's 2 GFLOP of forward: 32 x 8e9 = 0.256 TFLOP/s, 0.128 per device against a 1 TFLOP/s peak.
+    per_rank = [rank_figures(64, 3.0, [1.0, 1.0]), rank_figures(64, 4.0, [1.5, 2.0])]
+    report = summarize(per_rank, {**SETUP, "teacher_forward_flops_per_image": 2 * 10**9})
+    flops = report["flops"]
+    assert flops["train_flops_per_image"] == 6 * 10**9 and flops["teacher_forward_flops_per_image"] == 2 * 10**9
+    assert flops["teacher_flops_fraction"] == pytest.approx(2 / 8)
+    assert flops["achieved_tflops_total"] == pytest.approx(32 * 8e9 / 1e12)
+    assert flops["mfu"] == pytest.approx(0.128)
+    assert "+ teacher 2.000 GFLOP forward/image (25.0% of those counted)" in format_report(report)
+    alone = summarize(per_rank, SETUP)["flops"]  # no teacher: the student's FLOPs alone, and the teacher keys null
+    assert alone["mfu"] == pytest.approx(32 * 6e9 / 1e12 / 2)
+    assert alone["teacher_forward_flops_per_image"] is None and alone["teacher_flops_fraction"] is None
+    assert "teacher" not in format_report(summarize(per_rank, SETUP))
+
+
 def test_sync_and_optimizer_estimate_is_never_negative():
     # Backward cheaper than 2x forward (tiny models, CPU) puts input + 3 x forward above compute: no estimate, and
     # the table says why instead of printing a negative time.

@@ -35,7 +35,7 @@ STEP_COMPUTE_S = 0.01  # what every step's forward, backward and optimizer "take
 class _Driver:
     """Drives the callback through Trainer events in one process, with a real tiny model and a fake clock."""
 
-    def __init__(self, tmp_path, warmup_steps, clock, input_s=None, model_forward_s=0.0):
+    def __init__(self, tmp_path, warmup_steps, clock, input_s=None, model_forward_s=0.0, teacher_config=None):
         self.clock = clock
         self.args = TrainingArguments(
             output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=4, report_to="none"
@@ -48,7 +48,8 @@ class _Driver:
             _SlowPreprocessor(clock, input_s, config.image_size).attach(self.model)
         if model_forward_s:  # inside the model's own forward: its backward costs ~2x as much
             self.model.vit.embeddings.register_forward_hook(lambda *_: clock.sleep(model_forward_s))
-        self.cb = ThroughputCallback(warmup_steps=warmup_steps, peak_tflops=1.0, print_table=False)
+        self.cb = ThroughputCallback(warmup_steps=warmup_steps, peak_tflops=1.0, print_table=False,
+                                     teacher_config=teacher_config)  # fmt: skip
         self.cb.on_train_begin(self.args, self.state, self.control, model=self.model)
 
     def step(self, batch=4, extra_seconds=0.0, wait_before=0.0, evaluate_before=False):
@@ -140,3 +141,32 @@ def test_device_input_hooks_are_not_counted_as_forward_and_the_sync_estimate_is_
     assert step["est_sync_and_optimizer_mean"] == pytest.approx(0.034 - 0.02 - 3 * 0.004)
     assert rank["est_own_work_mean_s"] == pytest.approx(0.02 + 3 * 0.004)  # no data wait on the fake clock
     assert "-0." not in format_report(report)
+
+
+def test_a_teacher_forward_is_counted_once_at_the_student_image_size(tmp_path, clock):
+    """A resnet-tiny-cpu teacher (its config says 32 px) distilling into the 8 px student: its forward FLOPs are
+    counted at 8 px, as FlopCounterMode counts a real ResNet there, and join the student's in the logged and the
+    reported MFU."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoModelForImageClassification
+
+    from hf_vit_scaling.models.presets import preset_config
+
+    teacher = preset_config("resnet-tiny-cpu", ["a", "b", "c"])
+    assert teacher.image_size == 32
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        AutoModelForImageClassification.from_config(teacher).eval()(pixel_values=torch.zeros(1, 3, 8, 8))
+    driver = _Driver(tmp_path, warmup_steps=0, clock=clock, teacher_config=teacher)
+    for _ in range(3):
+        driver.step()
+    logs = {"loss": 1.0}
+    driver.cb.on_log(driver.args, driver.state, driver.control, logs=logs)
+    report = driver.report()
+    flops = report["flops"]
+    assert flops["teacher_forward_flops_per_image"] == counter.get_total_flops() > 0
+    counted = flops["train_flops_per_image"] + flops["teacher_forward_flops_per_image"]
+    images_per_s = report["throughput"]["images_per_s"]  # 12 images over 3 x STEP_COMPUTE_S of the fake clock
+    assert flops["achieved_tflops_total"] == pytest.approx(images_per_s * counted / 1e12)
+    assert flops["mfu"] == pytest.approx(images_per_s * counted / 1e12)  # one device, peak 1 TFLOP/s
+    assert logs["throughput/mfu"] == pytest.approx(round(flops["mfu"], 5))
+    assert flops["teacher_flops_fraction"] == pytest.approx(flops["teacher_forward_flops_per_image"] / counted)
