@@ -1,6 +1,7 @@
 """The model card (README.md) written beside the trained model: results, training setup and, when the run wrote its
 throughput report (`throughput.json`), the training speed measured on this hardware."""
 
+import json
 import os
 
 from hf_vit_scaling.throughput.report import format_value
@@ -89,6 +90,38 @@ def speed_section(report: dict | None) -> str:
     if report is None:
         return ""
     return "\n## Training speed\n\n| measure | value |\n|---|---|\n" + _rows(speed_rows(report)) + "\n"
+
+
+# What recipes/train_vit.py leaves beside a model it trained (`Trainer.save_metrics`): eval_results.json, and
+# all_results.json with the train metrics merged in. Read in this order.
+RESULT_FILES = ("eval_results.json", "all_results.json")
+
+
+def recorded_accuracy(folder: str) -> tuple[float, int | None, str] | None:
+    """(eval_accuracy, eval_samples or None, the file it came from) that a model folder records, or None when no
+    result file holds an accuracy (a folder saved by other code, or a run that never evaluated)."""
+    for name in RESULT_FILES:
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                metrics = json.load(f)
+        except (OSError, ValueError):
+            continue
+        accuracy = metrics.get("eval_accuracy") if isinstance(metrics, dict) else None
+        if isinstance(accuracy, (int, float)) and not isinstance(accuracy, bool):
+            samples = metrics.get("eval_samples")
+            return float(accuracy), samples if isinstance(samples, int) else None, name
+    return None
+
+
+def teacher_accuracy(folder: str) -> str:
+    """The teacher's accuracy as its own run recorded it, for the card and the log: "0.9062 on 64 images (its
+    eval_results.json)", or "not recorded (...)". Its evaluation set is its own run's, not necessarily this one's."""
+    recorded = recorded_accuracy(folder)
+    if recorded is None:
+        return f"not recorded (no eval_accuracy in {' or '.join(RESULT_FILES)} of {folder})"
+    accuracy, samples, name = recorded
+    on = f" on {samples} images" if samples else ""
+    return f"{accuracy:.4f}{on} (its {name})"
 
 
 def render_model_card(info: dict, throughput: dict | None = None) -> str:

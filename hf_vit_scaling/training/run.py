@@ -25,6 +25,7 @@ from hf_vit_scaling.data.device_transforms import EvalCenterCrop
 from hf_vit_scaling.data.input_transforms import build_input_transforms, cpu_seconds_per_image
 from hf_vit_scaling.data.streaming.load import attach_streaming_transforms, is_streaming, split_size
 from hf_vit_scaling.evaluation.metrics import make_module_compute_metrics, save_class_report
+from hf_vit_scaling.evaluation.model_card import teacher_accuracy
 from hf_vit_scaling.log import logger, setup_logging
 from hf_vit_scaling.models.flops import as_pair
 from hf_vit_scaling.models.presets import (
@@ -160,10 +161,12 @@ def distillation_loss_for(args, data, augmenter, training_precision) -> Distilla
     distil = args.distillation
     teacher = Teacher.from_pretrained(distil.teacher_model, training_precision)
     check_teacher_labels(teacher.labels, data.label_names, distil.teacher_model)
+    held = sum(p.numel() for p in teacher.model.parameters())  # this rank's own elements: 0 if it were partitioned
     logger.info(f"Distillation: {distil.distillation_type} from {distil.teacher_model} (alpha "
                 f"{distil.distillation_alpha:g}, tau {distil.distillation_tau:g}), teacher "
-                f"{type(teacher.model).__name__} of {count_parameters(teacher.model) / 1e6:.2f} M parameters, frozen, "
-                f"{str(training_precision).removeprefix('torch.')}")  # fmt: skip
+                f"{type(teacher.model).__name__} of {count_parameters(teacher.model) / 1e6:.2f} M parameters "
+                f"({held:,} held whole on this rank), frozen, {str(training_precision).removeprefix('torch.')}; "
+                f"teacher accuracy: {teacher_accuracy(distil.teacher_model)}")  # fmt: skip
     return DistillationLoss(teacher, len(data.label_names), distil.distillation_type, distil.distillation_alpha,
                             distil.distillation_tau, augmenter)  # fmt: skip
 
@@ -223,13 +226,20 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str) 
     rank_batches = balanced_rank_batches(args.cluster.balance_batches, model, splits["train"], collate, args.training)
     card = model_card_facts(args, world, data, model, model_desc)
     if distillation is not None:
-        distil = args.distillation
-        card["setup"]["teacher"] = (f"{distil.teacher_model} ({distil.distillation_type}, alpha "
-                                    f"{distil.distillation_alpha:g}, tau {distil.distillation_tau:g})")  # fmt: skip
+        card["setup"] |= teacher_card_rows(args.distillation)
     ema = EMACallback(reg.ema_decay, world.resume_from) if reg.ema_decay else None
     metrics = make_module_compute_metrics(data.label_names)  # top-1, top-5, macro F1; per-class kept aside
     teacher_config = distillation.teacher.model.config if distillation is not None else None
     return TrainerInputs(splits, collate, metrics, card, rank_batches, loss, ema, teacher_config)
+
+
+def teacher_card_rows(distil) -> dict:
+    """The card's teacher rows: the folder with the distillation settings, and the accuracy its run recorded."""
+    settings = f"{distil.distillation_type}, alpha {distil.distillation_alpha:g}, tau {distil.distillation_tau:g}"
+    return {
+        "teacher": f"{distil.teacher_model} ({settings})",
+        "teacher accuracy": teacher_accuracy(distil.teacher_model),
+    }
 
 
 def model_card_facts(args, world: World, data, model, model_desc: str) -> dict:

@@ -3,7 +3,7 @@ Hub dataset ids, DeepSpeed named when it was used, and the path `pipeline(...)` 
 
 import pytest
 
-from hf_vit_scaling.evaluation.model_card import render_model_card, write_model_card
+from hf_vit_scaling.evaluation.model_card import render_model_card, teacher_accuracy, write_model_card
 
 PLAIN_TRAINER = {"engine": "none (plain Trainer)", "ds_config": "none"}  # recipes/train_vit.py without --ds_config
 FSDP2 = {"engine": "FSDP2 (fully_shard per ViTLayer, parameters resharded after forward, FULL_STATE_DICT)",
@@ -145,3 +145,21 @@ def test_a_run_too_short_to_measure_gets_n_a_rows_not_a_crash(tmp_path):
     card = open(write_model_card(str(tmp_path), _info()), encoding="utf-8").read()
     assert "| images/s (all devices) | n/a |" in card and "| MFU | n/a |" in card
     assert "| measured | 0 steps after 5 warm-up steps |" in card
+
+
+def test_teacher_accuracy_is_what_the_teacher_run_recorded_or_not_recorded(tmp_path):
+    """The recipe leaves eval_results.json and all_results.json beside a model it trained; the teacher's accuracy is
+    read from the first that holds one, and a folder without one (or with a broken file) says so."""
+    import json
+
+    folder = tmp_path / "teacher"
+    folder.mkdir()
+    assert teacher_accuracy(str(folder)).startswith("not recorded (no eval_accuracy in eval_results.json or ")
+    (folder / "eval_results.json").write_text("{not json")
+    (folder / "all_results.json").write_text(json.dumps({"train_loss": 0.3, "eval_accuracy": 0.8125}))
+    assert teacher_accuracy(str(folder)) == "0.8125 (its all_results.json)"
+    (folder / "eval_results.json").write_text(json.dumps({"eval_accuracy": 0.90625, "eval_samples": 64}))
+    assert teacher_accuracy(str(folder)) == "0.9062 on 64 images (its eval_results.json)"
+    card = render_model_card(_info(setup={"teacher": "outputs/teacher (soft, alpha 0.1, tau 3)",
+                                          "teacher accuracy": teacher_accuracy(str(folder))}))  # fmt: skip
+    assert "| teacher accuracy | 0.9062 on 64 images (its eval_results.json) |" in card

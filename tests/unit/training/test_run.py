@@ -6,7 +6,7 @@ from types import SimpleNamespace
 from hf_vit_scaling.arguments.parse import parse_args
 from hf_vit_scaling.models.presets import image_processor_for
 from hf_vit_scaling.parallel.engine import Engine
-from hf_vit_scaling.training.run import World, build_model, model_card_facts, report_skips
+from hf_vit_scaling.training.run import World, build_model, model_card_facts, report_skips, teacher_card_rows
 from tests.helpers.builders import save_tiny_pretrained_vit
 
 
@@ -83,3 +83,13 @@ def test_a_bad_image_met_at_every_evaluation_or_epoch_counts_once(tmp_path):
     written = json.loads((tmp_path / "skipped_images.json").read_text())
     assert written["count"] == 2 and [b["sample"] for b in written["images"]] == ["'val/0/bad.jpg'", "row 7"]
     assert [b["times_skipped"] for b in written["images"]] == [2, 2]
+
+
+def test_card_names_the_teacher_and_its_recorded_accuracy(tmp_path):
+    distil = SimpleNamespace(teacher_model=str(tmp_path), distillation_type="hard", distillation_alpha=0.5,
+                             distillation_tau=3.0)  # fmt: skip
+    rows = teacher_card_rows(distil)
+    assert rows["teacher"] == f"{tmp_path} (hard, alpha 0.5, tau 3)"
+    assert rows["teacher accuracy"].startswith("not recorded")
+    (tmp_path / "eval_results.json").write_text(json.dumps({"eval_accuracy": 0.75, "eval_samples": 8}))
+    assert teacher_card_rows(distil)["teacher accuracy"] == "0.7500 on 8 images (its eval_results.json)"
