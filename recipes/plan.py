@@ -5,12 +5,17 @@ ZeRO-1/2/3 (and their offload variants) and FSDP2, with a recommendation. Nothin
     python recipes/plan.py --model_preset vit-l-16 --image_size 224 --per_device_train_batch_size 64 \
         --gpus 8 --gpu_memory 40GB --nodes 4 --interconnect nvlink3 --network ib-hdr --precision bf16
 
+With a distillation teacher (`--teacher_model`: a folder saved by the recipe, or a preset name such as
+resnet-tiny-cpu) every rank also holds the whole teacher in --precision and its forward's tensors for one micro-batch,
+and computes its forward.
+
 `--json` prints the same plan as JSON. Bandwidths and the achievable TFLOP/s are assumptions unless you pass your
 own measured numbers (nccl-tests' bus bandwidth, a throughput.json from recipes/train_vit.py); docs/planner.md
 explains every formula and shows how the estimates compare with measurements.
 """
 
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -20,7 +25,7 @@ from transformers import HfArgumentParser
 
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.models.flops import lookup_peak_tflops, vit_train_flops_per_image
-from hf_vit_scaling.models.presets import MODEL_PRESETS
+from hf_vit_scaling.models.presets import ALL_PRESETS, MODEL_PRESETS, preset_config
 from hf_vit_scaling.planning.memory import PlanSettings
 from hf_vit_scaling.planning.plan import Plan, plan
 from hf_vit_scaling.planning.shapes import (
@@ -33,6 +38,7 @@ from hf_vit_scaling.planning.shapes import (
     read_ds_configs,
     vit_shape,
 )
+from hf_vit_scaling.planning.teacher import TeacherShape, teacher_shape
 
 DS_CONFIGS = Path(__file__).resolve().parents[1] / "ds_configs"
 
@@ -109,6 +115,15 @@ class PlanArguments:
         default=0.10,
         metadata={"help": "Fraction of GPU memory kept free for the CUDA context, NCCL buffers and fragmentation."},
     )
+    teacher_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "A distillation teacher, as recipes/train_vit.py --teacher_model: a saved classifier's folder "
+            "(only its config.json is read) or a preset name (" + ", ".join(ALL_PRESETS) + ", with "
+            "--num_labels classes). Adds one whole copy per GPU in --precision, its forward's tensors for one "
+            "micro-batch and its forward FLOPs, at the student's image size."
+        },
+    )
     json: bool = field(default=False, metadata={"help": "Print the plan as JSON instead of a table."})
 
     def __post_init__(self):
@@ -143,6 +158,11 @@ class PlanArguments:
             raise UserInputError(f"--mfu must be in (0, 1], got {self.mfu}. Fix: e.g. 0.4.")
         if not self.cpu_adam_gparams_per_s > 0:
             raise UserInputError(f"--cpu_adam_gparams_per_s must be positive, got {self.cpu_adam_gparams_per_s}.")
+        if self.teacher_model and sp > 1:
+            raise UserInputError(
+                "--teacher_model with --sequence_parallel_size above 1: the recipe refuses sequence parallelism "
+                "beside a teacher. Fix: drop one of the two."
+            )
 
 
 _MEMORY_UNITS = {
@@ -201,6 +221,31 @@ def achievable_tflops(args: PlanArguments) -> float:
     return peak * args.mfu
 
 
+def teacher_from(args: PlanArguments, image_size: int) -> TeacherShape | None:
+    """The teacher of `--teacher_model` at the student's image size: a preset with --num_labels classes, or a
+    saved folder's config.json (its weights are not read)."""
+    name = args.teacher_model
+    if not name:
+        return None
+    if name in ALL_PRESETS:
+        config = preset_config(name, [str(i) for i in range(args.num_labels)])
+    elif os.path.isfile(os.path.join(name, "config.json")):
+        from transformers import AutoConfig
+
+        try:
+            config = AutoConfig.from_pretrained(name)
+        except (OSError, ValueError, KeyError) as err:
+            reason = " ".join(str(err).split())[:200]
+            raise UserInputError(f"--teacher_model {name!r} could not be read ({reason}). Fix: pass a folder saved "
+                                 "by save_pretrained, or a preset name.") from None  # fmt: skip
+    else:
+        raise UserInputError(
+            f"--teacher_model {name!r} is neither a folder with a config.json nor a preset. Fix: pass a saved "
+            f"classifier's folder, or one of {', '.join(ALL_PRESETS)}."
+        )
+    return teacher_shape(config, image_size, name)
+
+
 def settings_from(args: PlanArguments) -> PlanSettings:
     shape = vit_shape(MODEL_PRESETS[args.model_preset], args.image_size, args.patch_size, args.num_labels)
     return PlanSettings(
@@ -219,11 +264,29 @@ def settings_from(args: PlanArguments) -> PlanSettings:
         host_link_gbps=resolve_bandwidth(args.host_link, INTERCONNECTS, "--host_link"),
         cpu_adam_gparams_per_s=args.cpu_adam_gparams_per_s,
         ds_configs=read_ds_configs(str(DS_CONFIGS)),
+        teacher=teacher_from(args, shape.image_size),
     )
 
 
 def _gib(value: int) -> str:
     return f"{value / GiB:.2f}"
+
+
+PART_HEADERS = {"parameters": "params", "gradients": "grads", "optimizer_states": "optim", "activations": "activ",
+                "buffers": "buffers", "teacher": "teacher"}  # fmt: skip
+
+
+def teacher_lines(s: PlanSettings) -> list[str]:
+    """The teacher's line of the plan's header (none without a teacher)."""
+    t = s.teacher
+    if t is None:
+        return []
+    weights, forward = t.weight_bytes(s.precision), t.forward_bytes(s.per_device_batch, s.precision)
+    return [
+        f"Teacher: {t.name}, {t.weight_elements / 1e6:.2f} M weights held whole on every GPU ({weights / 2**20:.1f} "
+        f"MiB in {s.precision}, never partitioned) + {forward / 2**20:.1f} MiB for its no_grad forward on "
+        f"{s.per_device_batch} images; {t.forward_flops_per_image / 1e9:.3g} GFLOP forward per image"
+    ]
 
 
 def format_plan(result: Plan) -> str:
@@ -239,15 +302,12 @@ def format_plan(result: Plan) -> str:
         f"margin {s.memory_margin:.0%}; assumed: {s.achievable_tflops:g} TFLOP/s achievable per GPU, "
         f"{s.intra_node_gbps:g} GB/s in a node, {s.inter_node_gbps:g} GB/s between nodes, "
         f"{s.host_link_gbps:g} GB/s host link, CPU Adam {s.cpu_adam_gparams_per_s:g} G params/s",
+        *teacher_lines(s),
         "",
     ]
     header = [
         "engine",
-        "params",
-        "grads",
-        "optim",
-        "activ",
-        "buffers",
+        *(PART_HEADERS[part] for part in result.options[0].memory.parts),
         "peak",
         "usable",
         "fits",

@@ -25,6 +25,9 @@ parameter in the engine's working dtype (2 for bf16 DeepSpeed/FSDP, 4 for fp32).
 * **Buffers**: communication buckets, gathered (unsharded) parameters, autocast weight copies, the step's temporaries.
 * **Margin**: a fraction of the device kept free for the CUDA context, NCCL's own buffers and allocator
   fragmentation, none of which torch's allocator reports as tensors.
+* **A distillation teacher** (`teacher.TeacherShape`, when the plan has one): one whole copy per rank in the run's
+  precision under every engine (never partitioned, no gradients, no optimizer states) in the static part, and its
+  no_grad forward's peak for one micro-batch on top of the end of the student's forward, when it runs.
 
 Gradients and activations are not live at the same time at their peaks: activations are freed layer by layer during
 backward while gradients appear, and unsharded gradients live until the optimizer step. So the peak is
@@ -52,13 +55,15 @@ from hf_vit_scaling.planning.shapes import (
     VitShape,
     activation_bytes,
 )
+from hf_vit_scaling.planning.teacher import TeacherShape
 
 
 @dataclass
 class MemoryEstimate:
     """Bytes per rank on the device.
 
-    `parts`: each part's own largest size (parameters, gradients, optimizer_states, activations, buffers).
+    `parts`: each part's own largest size (parameters, gradients, optimizer_states, activations, buffers, and with a
+    teacher its weights + forward peak).
     `phases`: "static" lives between steps; "forward", "backward_end" and "step" are what comes on top of it at the
     three moments that can be the peak, so peak = static + max(forward, backward_end, step).
     `host_bytes_per_rank` is CPU memory (offload variants)."""
@@ -93,6 +98,7 @@ class PlanSettings:
     host_link_gbps: float = INTERCONNECTS["pcie4"]
     cpu_adam_gparams_per_s: float = 1.0
     ds_configs: dict = field(default_factory=dict, hash=False, compare=False)
+    teacher: TeacherShape | None = None  # a distillation teacher (recipes/plan.py --teacher_model), or none
 
     @property
     def world_size(self) -> int:
@@ -301,6 +307,13 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
             # first two live until the forward returns.
             forward_only = shape.num_channels * shape.image_size**2 * settings.per_device_batch * (2 + 4)
 
+    # A teacher: its weights live the whole run; its forward runs in the loss, after the student's forward and before
+    # its backward, so what it holds comes on top of the end of the student's forward (its logits, b x classes x 4
+    # bytes, outlive it into the backward: not counted).
+    teacher_weights = teacher_forward = 0
+    if settings.teacher is not None:
+        teacher_weights = settings.teacher.weight_bytes(settings.precision)
+        teacher_forward = settings.teacher.forward_bytes(settings.per_device_batch, settings.precision)
     if states["host"]:
         per_node = states["host"] * settings.gpus_per_node
         notes.append(f"host memory {states['host'] / GiB:.2f} GiB per rank, {per_node / GiB:.1f} GiB per node")
@@ -311,9 +324,11 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
         "activations": max(act["forward_end"] + forward_only, act["backward_start"]),
         "buffers": static_buffers + max(forward[2], backward_end[2], step[2]),
     }
+    if settings.teacher is not None:
+        parts["teacher"] = teacher_weights + teacher_forward
     phases = {
-        "static": states["parameters"] + static_grads + states["optimizer_states"] + static_buffers,
-        "forward": act["forward_end"] + forward_only + sum(forward),
+        "static": states["parameters"] + static_grads + states["optimizer_states"] + static_buffers + teacher_weights,
+        "forward": act["forward_end"] + forward_only + sum(forward) + teacher_forward,
         "backward_start": act["backward_start"] + sum(forward),
         "backward_end": first_layer + sum(backward_end),
         "step": sum(step) + act["input_batch"],  # the Trainer holds the step's fp32 batch until the step is done

@@ -39,6 +39,8 @@ class Plan:
         settings["shape"]["num_parameters"] = self.settings.shape.num_parameters
         settings["world_size"] = self.settings.world_size
         settings["train_flops_per_image"] = vit_train_flops_per_image(self.settings.shape)
+        if self.settings.teacher is not None:
+            settings["teacher"]["weight_bytes"] = self.settings.teacher.weight_bytes(self.settings.precision)
         return {
             "version": 1,
             "settings": settings,

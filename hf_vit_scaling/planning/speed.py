@@ -4,7 +4,8 @@ achievable TFLOP/s calibrated from a measured epoch.
 Speed
 -----
 Compute: images × training FLOPs per image (`flops.vit_train_flops_per_image`, ×4/3 with gradient checkpointing,
-which reruns the forward) ÷ an achievable TFLOP/s that the caller states. Communication: bytes each rank sends per
+which reruns the forward; + a distillation teacher's forward FLOPs, no backward) ÷ an achievable TFLOP/s that the
+caller states. Communication: bytes each rank sends per
 step ÷ the link's bus bandwidth, with the ring-algorithm volumes of NCCL's performance notes (nccl-tests
 `doc/PERFORMANCE.md`): all-reduce 2(N-1)/N × bytes, all-gather and reduce-scatter (N-1)/N × bytes. A ring that spans
 nodes is as fast as its slowest link, so the bandwidth is the node's network when there is more than one node.
@@ -71,6 +72,8 @@ def engine_speed(engine: str, settings: PlanSettings) -> SpeedEstimate:
     flops = settings.per_device_batch * vit_train_flops_per_image(shape) / sp
     if settings.gradient_checkpointing:
         flops *= 4 / 3  # one more forward per step: 3 → 4 forward-equivalents
+    if settings.teacher is not None:  # its forward on the micro-batch (sequence parallelism is refused beside it)
+        flops += settings.per_device_batch * settings.teacher.forward_flops_per_image
     compute_s = flops / (settings.achievable_tflops * 1e12)
 
     bandwidth = (
