@@ -7,6 +7,7 @@ import re
 import sys
 
 import yaml
+from transformers import ResNetConfig
 
 from hf_vit_scaling.arguments.parse import ALL_ARGUMENT_CLASSES
 from tests.helpers.launchers import REPO, printed_json, run
@@ -34,14 +35,19 @@ print(json.dumps(results))
 
 def as_the_readme_runs_it(config: str, tmp_path):
     """The config file itself (relative to the repository root, as the README runs it), or, when it names data
-    folders (the user's), a copy whose folders are empty stand-ins."""
+    folders or a teacher (the user's, made by an earlier command), a copy whose folders are stand-ins: empty data
+    folders, a teacher folder holding only a classifier's config (parse_args reads the config; weights load later)."""
     values = yaml.safe_load((REPO / config).read_text(encoding="utf-8"))
     folders = [key for key in ("train_dir", "validation_dir") if key in values]
-    if not folders:
+    if not folders and "teacher_model" not in values:
         return config
     for key in folders:
         values[key] = str(tmp_path / key)
         (tmp_path / key).mkdir(exist_ok=True)
+    if "teacher_model" in values:
+        teacher = tmp_path / "teacher"
+        ResNetConfig(num_labels=10).save_pretrained(teacher)
+        values["teacher_model"] = str(teacher)
     copy = tmp_path / config.replace("/", "_")
     copy.write_text(yaml.safe_dump(values), encoding="utf-8")
     return str(copy)
