@@ -1,5 +1,6 @@
 """Every recipe config shipped in recipes/ parses as the recipe's flags: every key is a flag, every value passes
-its field's checks (data folders are replaced by empty stand-ins: the configs name the user's folders). Every recipe
+its field's checks (data folders are replaced by empty stand-ins and a teacher folder by a classifier's
+config: the configs name the user's folders). Every recipe
 folder has a README whose commands name configs that exist and which says what was measured here and what is a
 reference figure from elsewhere. (Those commands' configs through the recipe's own `parse_args`, DeepSpeed config
 included, and `--help`: tests/launched/test_recipe_commands.py, in a fresh process.)"""
@@ -8,7 +9,7 @@ import re
 
 import pytest
 import yaml
-from transformers import HfArgumentParser
+from transformers import HfArgumentParser, ResNetConfig
 
 from hf_vit_scaling.arguments.parse import ALL_ARGUMENT_CLASSES, RecipeArguments
 from tests.helpers.launchers import REPO
@@ -32,6 +33,9 @@ def test_recipe_config_parses_into_the_recipe_flags(tmp_path, path):
         if key in values:
             values[key] = str(tmp_path / key)
             (tmp_path / key).mkdir()
+    if "teacher_model" in values:  # the user's teacher, trained by an earlier command: a classifier's config stands in
+        ResNetConfig(num_labels=10).save_pretrained(tmp_path / "teacher")
+        values["teacher_model"] = str(tmp_path / "teacher")
     values.update(bf16=False, use_cpu=True, output_dir=str(tmp_path / "out"))  # bf16 needs an accelerator
     args = RecipeArguments(*HfArgumentParser(ALL_ARGUMENT_CLASSES).parse_dict(values))
     assert args.training.output_dir == str(tmp_path / "out")
