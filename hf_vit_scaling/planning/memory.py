@@ -54,6 +54,7 @@ from hf_vit_scaling.planning.shapes import (
     GiB,
     VitShape,
     activation_bytes,
+    bytes_per_element,
 )
 from hf_vit_scaling.planning.teacher import TeacherShape
 
@@ -137,7 +138,7 @@ def model_state_bytes(engine: str, num_parameters: int, world_size: int, precisi
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}")
     psi, n = num_parameters, world_size
-    p = 2 if precision == "bf16" else 4
+    p = bytes_per_element(precision)
     shard = math.ceil(psi / n)
     master, moments = 4 * shard, 8 * shard
     states = {"parameters": 0, "gradients": 0, "optimizer_states": 0, "fp32_gradient_copy": 0, "host": 0}
@@ -219,7 +220,7 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
     """
     shape = settings.shape
     psi, n = shape.num_parameters, settings.world_size
-    p = 2 if settings.precision == "bf16" else 4
+    p = bytes_per_element(settings.precision)
     shard = math.ceil(psi / n)
     states = model_state_bytes(engine, psi, n, settings.precision)
     autocast = engine == "ddp" and settings.precision == "bf16"

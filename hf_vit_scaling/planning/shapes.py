@@ -48,6 +48,12 @@ ENGINE_FLAGS = {
 PRECISIONS = ("bf16", "fp32")
 
 
+def bytes_per_element(precision: str) -> int:
+    """The working dtype's size: 2 bytes in bf16 (DeepSpeed's and FSDP2's parameters, the teacher cast to the run's
+    dtype), 4 in fp32."""
+    return 2 if precision == "bf16" else 4
+
+
 def read_ds_configs(folder: str) -> dict[str, dict]:
     """The DeepSpeed JSON of each ZeRO engine from a folder laid out like the project's ds_configs/."""
     configs = {}
@@ -240,7 +246,7 @@ def activation_bytes(
     (transformers `Trainer._prepare_input`), autocast casts the convolution's input, FSDP2's MixedPrecisionPolicy casts
     the inputs of each sharded module (`_fsdp_state._cast_forward_inputs`).
     """
-    element = 2 if precision == "bf16" else 4
+    element = bytes_per_element(precision)
     residual_element = 4 if autocast else element
     per_layer = layer_activation_elements(shape, batch, sequence_parallel_size)
     s_local = math.ceil(shape.tokens / sequence_parallel_size)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from hf_vit_scaling.models.flops import vit_train_flops_per_image
 from hf_vit_scaling.planning.memory import PlanSettings, zero3_gathered_parameters
-from hf_vit_scaling.planning.shapes import VitShape
+from hf_vit_scaling.planning.shapes import VitShape, bytes_per_element
 
 
 @dataclass
@@ -56,7 +56,7 @@ def collective_bytes_per_rank(
     if n == 1:
         return 0
     ring = (n - 1) / n
-    p = 2 if precision == "bf16" else 4
+    p = bytes_per_element(precision)
     if engine == "ddp":
         return int(2 * ring * 4 * num_parameters)
     if engine in ("zero1", "zero2", "zero2_offload"):
@@ -68,7 +68,7 @@ def collective_bytes_per_rank(
 def engine_speed(engine: str, settings: PlanSettings) -> SpeedEstimate:
     """Step-time estimate: compute + collectives + sequence-parallel all-to-alls + host transfers + CPU Adam."""
     shape, sp = settings.shape, settings.sequence_parallel_size
-    p = 2 if settings.precision == "bf16" else 4
+    p = bytes_per_element(settings.precision)
     flops = settings.per_device_batch * vit_train_flops_per_image(shape) / sp
     if settings.gradient_checkpointing:
         flops *= 4 / 3  # one more forward per step: 3 → 4 forward-equivalents

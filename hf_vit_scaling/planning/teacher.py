@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from hf_vit_scaling.models.flops import forward_flops_per_image
+from hf_vit_scaling.planning.shapes import bytes_per_element  # the teacher is cast to the run's dtype
 
 
 @dataclass(frozen=True)
@@ -39,11 +40,6 @@ class TeacherShape:
 
     def forward_bytes(self, batch: int, precision: str) -> int:
         return self.forward_peak_elements_per_image * batch * bytes_per_element(precision)
-
-
-def bytes_per_element(precision: str) -> int:
-    """The teacher is cast to the run's dtype (`Teacher(model, dtype)`): 2 bytes in bf16, 4 in fp32."""
-    return 2 if precision == "bf16" else 4
 
 
 class _LiveTensors(torch.utils._python_dispatch.TorchDispatchMode):
