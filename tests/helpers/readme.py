@@ -32,3 +32,23 @@ def recipe_config_files(command: list[str]) -> list[str]:
         for word, after in zip(command, command[1:])
         if word.endswith("recipes/train_vit.py") and after.endswith((".yaml", ".yml", ".json"))
     ]
+
+
+# Keys of a recipe config that name the user's folders, made by the user or by an earlier command.
+USER_FOLDER_KEYS = ("train_dir", "validation_dir", "teacher_model")
+
+
+def with_stand_in_folders(values: dict, tmp_path) -> dict:
+    """A config's values with the user's folders replaced by stand-ins under `tmp_path`: empty data folders, and a
+    teacher folder holding only a classifier's config (the recipe's checks read the config; weights load later)."""
+    values = dict(values)
+    for key in ("train_dir", "validation_dir"):
+        if key in values:
+            values[key] = str(tmp_path / key)
+            (tmp_path / key).mkdir(exist_ok=True)
+    if "teacher_model" in values:
+        from transformers import ResNetConfig
+
+        ResNetConfig(num_labels=10).save_pretrained(tmp_path / "teacher")
+        values["teacher_model"] = str(tmp_path / "teacher")
+    return values

@@ -7,11 +7,16 @@ import re
 import sys
 
 import yaml
-from transformers import ResNetConfig
 
 from hf_vit_scaling.arguments.parse import ALL_ARGUMENT_CLASSES
 from tests.helpers.launchers import REPO, printed_json, run
-from tests.helpers.readme import RECIPE_FOLDERS, readme_commands, recipe_config_files
+from tests.helpers.readme import (
+    RECIPE_FOLDERS,
+    USER_FOLDER_KEYS,
+    readme_commands,
+    recipe_config_files,
+    with_stand_in_folders,
+)
 
 # parse_args on each file in turn, in one process (the dry run: `--help` depth, no data, no model).
 PARSE_ONLY = """
@@ -38,16 +43,9 @@ def as_the_readme_runs_it(config: str, tmp_path):
     folders or a teacher (the user's, made by an earlier command), a copy whose folders are stand-ins: empty data
     folders, a teacher folder holding only a classifier's config (parse_args reads the config; weights load later)."""
     values = yaml.safe_load((REPO / config).read_text(encoding="utf-8"))
-    folders = [key for key in ("train_dir", "validation_dir") if key in values]
-    if not folders and "teacher_model" not in values:
+    if not any(key in values for key in USER_FOLDER_KEYS):
         return config
-    for key in folders:
-        values[key] = str(tmp_path / key)
-        (tmp_path / key).mkdir(exist_ok=True)
-    if "teacher_model" in values:
-        teacher = tmp_path / "teacher"
-        ResNetConfig(num_labels=10).save_pretrained(teacher)
-        values["teacher_model"] = str(teacher)
+    values = with_stand_in_folders(values, tmp_path)
     copy = tmp_path / config.replace("/", "_")
     copy.write_text(yaml.safe_dump(values), encoding="utf-8")
     return str(copy)

@@ -9,11 +9,11 @@ import re
 
 import pytest
 import yaml
-from transformers import HfArgumentParser, ResNetConfig
+from transformers import HfArgumentParser
 
 from hf_vit_scaling.arguments.parse import ALL_ARGUMENT_CLASSES, RecipeArguments
 from tests.helpers.launchers import REPO
-from tests.helpers.readme import RECIPE_FOLDERS, readme_commands, recipe_config_files
+from tests.helpers.readme import RECIPE_FOLDERS, readme_commands, recipe_config_files, with_stand_in_folders
 
 CONFIGS = sorted(REPO.glob("recipes/**/*.yaml"))
 # A line that states what was measured here and what is a reference figure: both words on one line.
@@ -28,14 +28,7 @@ def test_there_are_recipe_configs():
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(REPO / "recipes")))
 def test_recipe_config_parses_into_the_recipe_flags(tmp_path, path):
-    values = yaml.safe_load(path.read_text(encoding="utf-8"))
-    for key in ("train_dir", "validation_dir"):
-        if key in values:
-            values[key] = str(tmp_path / key)
-            (tmp_path / key).mkdir()
-    if "teacher_model" in values:  # the user's teacher, trained by an earlier command: a classifier's config stands in
-        ResNetConfig(num_labels=10).save_pretrained(tmp_path / "teacher")
-        values["teacher_model"] = str(tmp_path / "teacher")
+    values = with_stand_in_folders(yaml.safe_load(path.read_text(encoding="utf-8")), tmp_path)
     values.update(bf16=False, use_cpu=True, output_dir=str(tmp_path / "out"))  # bf16 needs an accelerator
     args = RecipeArguments(*HfArgumentParser(ALL_ARGUMENT_CLASSES).parse_dict(values))
     assert args.training.output_dir == str(tmp_path / "out")
