@@ -80,17 +80,73 @@ def vit_forward_macs_per_image(config, image_size: int | tuple[int, int] | None 
 
     patch_embed = num_patches * (channels * patch_h * patch_w) * hidden
 
-    qkv = tokens * hidden * 3 * hidden
-    scores = tokens * tokens * hidden  # Q·Kᵀ summed over heads: heads · N² · head_dim = N²·D
-    attn_v = tokens * tokens * hidden  # softmax(scores)·V, same shape argument
-    out_proj = tokens * hidden * hidden
-    mlp = 2 * tokens * hidden * inter  # fc1 D→I and fc2 I→D
-    per_layer = qkv + scores + attn_v + out_proj + mlp
+    per_layer = layer_macs(tokens, hidden, inter)
 
     # ViTForImageClassification classifies sequence_output[:, 0] (CLS) only; DeiT's two heads also [:, 1].
     head = classifier_heads(config) * hidden * num_labels
 
     return patch_embed + layers * per_layer + head
+
+
+def layer_macs(tokens: int, hidden: int, inter: int) -> int:
+    """Forward MACs of one transformer layer on `tokens` tokens of width `hidden` with an MLP of width `inter`."""
+    qkv = tokens * hidden * 3 * hidden
+    scores = tokens * tokens * hidden  # Q·Kᵀ summed over heads: heads · N² · head_dim = N²·D
+    attn_v = tokens * tokens * hidden  # softmax(scores)·V, same shape argument
+    out_proj = tokens * hidden * hidden
+    mlp = 2 * tokens * hidden * inter  # fc1 D→I and fc2 I→D
+    return qkv + scores + attn_v + out_proj + mlp
+
+
+def is_mae(config) -> bool:
+    """A masked-autoencoder config (transformers' `ViTMAEConfig`, `ViTMAEForPreTraining`)."""
+    return getattr(config, "model_type", None) == "vit_mae"
+
+
+def mae_visible_patches(num_patches: int, mask_ratio: float) -> int:
+    """Patches the MAE encoder sees: transformers keeps `int(P · (1 - mask_ratio))`
+    (`ViTMAEEmbeddings.random_masking`), e.g. 196 patches at mask ratio 0.75 -> 49."""
+    return int(num_patches * (1 - mask_ratio))
+
+
+def mae_forward_macs_per_image(config, image_size: int | tuple[int, int] | None = None) -> int:
+    """Forward multiply-accumulates for ONE image through transformers' ``ViTMAEForPreTraining``: what really runs.
+
+    He et al. 2021, "Masked Autoencoders Are Scalable Vision Learners" (arXiv 2111.06377), §3: the encoder sees only
+    the visible patches (and the CLS token); the lightweight decoder sees every position (encoded visible tokens +
+    mask tokens). With P patches, mask ratio r, V = 1 + int(P·(1 - r)) encoder tokens, D/I/L the encoder's width, MLP
+    width and depth, and d/i/l the decoder's, p the patch side and C the channels:
+
+    * patch embedding runs on all P patches (masking happens after it): P · (C·p²) · D
+    * encoder: L layers on V tokens (the ViT per-layer formula, `layer_macs`)
+    * decoder embedding (D→d) on the V encoded tokens: V · D · d
+    * decoder: l layers on all P + 1 tokens
+    * prediction head (d→p²C) on all P + 1 tokens (the CLS row is dropped after it): (P + 1) · d · p²C
+    The loss (a squared error per pixel) and the unshuffle gather are element-wise and not counted.
+
+    Worked example, ViT-B/16 at 224 px with the paper's decoder (d = 512, l = 8, i = 2048) at r = 0.75: P = 196,
+    V = 1 + 49 = 50; encoder 12 · (12·50·768² + 2·50²·768) = 12 · 357.7 M = 4.293 G; patch 196·768·768 = 0.116 G;
+    decoder embedding 50·768·512 = 0.020 G; decoder 8 · (197·512·1536 + 2·197²·512 + 197·512² + 2·197·512·2048)
+    = 8 · 659.4 M = 5.276 G; prediction 197·512·768 = 0.077 G -> 9.78 GMACs, 56% of the ViT-B/16 classifier's
+    17.56 G: the encoder on a quarter of the tokens costs a quarter, and the decoder (9% of the encoder's cost per
+    token, the paper's "<10%") now runs on four times as many tokens.
+    """
+    img_h, img_w = as_pair(config.image_size if image_size is None else image_size)
+    patch_h, patch_w = as_pair(config.patch_size)
+    channels, hidden = int(config.num_channels), int(config.hidden_size)
+    num_patches = (img_h // patch_h) * (img_w // patch_w)
+    visible = 1 + mae_visible_patches(num_patches, float(config.mask_ratio))
+    decoder_hidden = int(config.decoder_hidden_size)
+    pixels_per_patch = channels * patch_h * patch_w
+
+    patch_embed = num_patches * pixels_per_patch * hidden
+    encoder = int(config.num_hidden_layers) * layer_macs(visible, hidden, int(config.intermediate_size))
+    decoder_embed = visible * hidden * decoder_hidden
+    decoder = int(config.decoder_num_hidden_layers) * layer_macs(
+        num_patches + 1, decoder_hidden, int(config.decoder_intermediate_size)
+    )
+    prediction = (num_patches + 1) * decoder_hidden * pixels_per_patch
+    return patch_embed + encoder + decoder_embed + decoder + prediction
 
 
 def is_deit(config) -> bool:
@@ -110,8 +166,9 @@ def classifier_heads(config) -> int:
 
 
 def tokens_per_image(config, image_size: int | tuple[int, int] | None = None) -> int | None:
-    """Sequence length of a ViT or DeiT (patches + extra tokens); None for any other model (a CNN)."""
-    if not has_vit_formula(config):
+    """Sequence length of a ViT or DeiT (patches + extra tokens; an MAE's decoder sequence, patches + CLS); None for
+    any other model (a CNN)."""
+    if not (has_vit_formula(config) or is_mae(config)):
         return None
     img_h, img_w = as_pair(config.image_size if image_size is None else image_size)
     patch_h, patch_w = as_pair(config.patch_size)
@@ -163,6 +220,8 @@ def forward_flops_per_image(config, image_size: int | tuple[int, int] | None = N
     pixels)."""
     if has_vit_formula(config):
         return 2 * vit_forward_macs_per_image(config, image_size=image_size)
+    if is_mae(config):
+        return 2 * mae_forward_macs_per_image(config, image_size=image_size)
     return counted_forward_flops_per_image(config, image_size=image_size)
 
 

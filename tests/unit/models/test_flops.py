@@ -316,3 +316,53 @@ def test_a_cnn_is_counted_whole_while_the_trainer_zero3_config_is_active():
     finally:
         unset_hf_deepspeed_config()
     del zero3
+
+
+def _mae(mask_ratio=0.75, **sizes):
+    from transformers import ViTMAEConfig
+
+    values = dict(image_size=16, patch_size=4, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                  intermediate_size=64, decoder_hidden_size=16, decoder_num_hidden_layers=1,
+                  decoder_num_attention_heads=2, decoder_intermediate_size=24)  # fmt: skip
+    values.update(sizes)
+    return ViTMAEConfig(mask_ratio=mask_ratio, **values)
+
+
+@pytest.mark.parametrize("mask_ratio, visible", [(0.75, 4), (0.5, 8), (0.3, 11)])
+def test_mae_formula_matches_torch_flop_counter_on_real_hf_model(mask_ratio, visible):
+    """The MAE formula counts what really runs: the encoder on 1 + int(16 (1 - r)) tokens, the decoder on all 17
+    (He et al. 2021); FlopCounterMode on transformers' ViTMAEForPreTraining (eager attention) counts the same."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import ViTMAEForPreTraining
+
+    from hf_vit_scaling.models.flops import mae_forward_macs_per_image, mae_visible_patches
+
+    assert mae_visible_patches(16, mask_ratio) == visible
+    cfg = _mae(mask_ratio)
+    cfg._attn_implementation = "eager"
+    model = ViTMAEForPreTraining(cfg).eval()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(pixel_values=torch.randn(1, 3, 16, 16))
+    assert counter.get_total_flops() == 2 * mae_forward_macs_per_image(cfg)
+    # By hand at r = 0.75: patch 16·48·32 + encoder 2·(5·32·96 + 2·25·32 + 5·32·32 + 2·5·32·64) + decoder embedding
+    # 5·32·16 + decoder 17·16·48 + 2·17²·16 + 17·16² + 2·17·16·24 + prediction 17·16·48
+    if mask_ratio == 0.75:
+        by_hand = 24_576 + 2 * (15_360 + 1_600 + 5_120 + 20_480) + 2_560 + (13_056 + 9_248 + 4_352 + 13_056) + 13_056
+        assert mae_forward_macs_per_image(cfg) == by_hand == 165_024
+
+
+def test_mae_worked_example_and_dispatch():
+    from hf_vit_scaling.models.flops import (
+        forward_flops_per_image,
+        mae_forward_macs_per_image,
+        tokens_per_image,
+        train_flops_per_image,
+    )
+
+    vit_b = _mae(image_size=224, patch_size=16, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                 intermediate_size=3072, decoder_hidden_size=512, decoder_num_hidden_layers=8,
+                 decoder_num_attention_heads=16, decoder_intermediate_size=2048)  # fmt: skip
+    assert mae_forward_macs_per_image(vit_b) == 9_781_133_312  # the docstring's 9.78 G
+    assert forward_flops_per_image(vit_b) == 2 * 9_781_133_312  # what the throughput report counts
+    assert train_flops_per_image(vit_b) == 6 * 9_781_133_312
+    assert tokens_per_image(vit_b) == 197  # the decoder's sequence
