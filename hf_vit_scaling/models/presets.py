@@ -7,6 +7,7 @@ import re
 import torch
 from huggingface_hub.errors import EntryNotFoundError
 from transformers import (
+    AutoConfig,
     AutoModelForImageClassification,
     DeiTConfig,
     DeiTForImageClassificationWithTeacher,
@@ -19,6 +20,7 @@ from transformers.utils import cached_file, is_torchvision_available
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.log import logger
 from hf_vit_scaling.models.flops import has_patches
+from hf_vit_scaling.models.mae import is_mae_checkpoint, load_mae_encoder_for_finetuning
 from hf_vit_scaling.models.weights import read_state_dict, some_keys
 
 # Standard sizes: ViT-B/L/H from Dosovitskiy et al. 2021 (Table 1), Ti/S from DeiT (Touvron et al. 2021).
@@ -155,6 +157,14 @@ def _from_config(config):
             for tensor in (embeddings.cls_token, embeddings.distillation_token, embeddings.position_embeddings):
                 torch.nn.init.trunc_normal_(tensor, std=config.initializer_range)
         return model
+    if getattr(config, "model_type", None) == "vit_mae":  # MAE pretraining (recipes/pretrain_mae.py)
+        from transformers import ViTMAEForPreTraining
+
+        model = ViTMAEForPreTraining._from_config(config, attn_implementation=config._attn_implementation)
+        # Its loss is a mean over the micro-batch's masked patches, not a sum to normalise by a count of label
+        # items: the Trainer must not pass `num_items_in_batch` (the forward's **kwargs would take it).
+        model.accepts_loss_kwargs = False
+        return model
     if is_cnn(config):  # convolutions: no attention kernel to choose
         return AutoModelForImageClassification.from_config(config)
     return AutoModelForImageClassification.from_config(config, attn_implementation=config._attn_implementation)
@@ -281,7 +291,9 @@ def load_model_for_finetuning(
     image_size: int | None = None,
 ):
     """A pretrained ViT with a new head sized to `label_names`, correct under ZeRO-3 too. A checkpoint trained on
-    the same classes in the same order keeps its head (continued training, e.g. at a higher resolution).
+    the same classes in the same order keeps its head (continued training, e.g. at a higher resolution). An MAE
+    checkpoint (recipes/pretrain_mae.py) gives its encoder, every tensor checked
+    (`mae.load_mae_encoder_for_finetuning`).
 
     `ignore_mismatched_sizes=True` is not used: under ZeRO-3 the mismatched head is marked as loaded and never
     initialised (transformers issue 17336). Instead the head's keys are dropped from the state dict, so the head is a
@@ -291,6 +303,17 @@ def load_model_for_finetuning(
         raise UserInputError(
             f"--model_name_or_path {name_or_path!r} has no config.json. Fix: pass a saved model folder."
         )
+    if is_mae_checkpoint(name_or_path):  # a recipes/pretrain_mae.py run: its encoder, every tensor checked
+        pretrained_size = AutoConfig.from_pretrained(name_or_path).image_size
+        if image_size and image_size != pretrained_size:
+            raise UserInputError(
+                f"--image_size {image_size} with an MAE checkpoint pretrained at {pretrained_size} px "
+                f"({name_or_path}): its encoder is fine-tuned at the size it was pretrained at. Fix: drop "
+                "--image_size (or pretrain at the size you want)."
+            )
+        files = _checkpoint_files(name_or_path, revision, cache_dir)
+        return load_mae_encoder_for_finetuning(name_or_path, label_names, label_maps(label_names),
+                                               lambda: read_state_dict(files), attn_implementation)  # fmt: skip
     config = ViTConfig.from_pretrained(name_or_path, revision=revision, cache_dir=cache_dir)
     keep_head = same_labels(config.id2label, label_names)
     config.update(label_maps(label_names))  # the data's classes (the head is new unless they are the saved ones)

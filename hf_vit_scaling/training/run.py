@@ -28,6 +28,7 @@ from hf_vit_scaling.evaluation.metrics import make_module_compute_metrics, save_
 from hf_vit_scaling.evaluation.model_card import teacher_accuracy
 from hf_vit_scaling.log import logger, setup_logging
 from hf_vit_scaling.models.flops import as_pair
+from hf_vit_scaling.models.mae import pretraining_summary
 from hf_vit_scaling.models.presets import (
     build_model_from_preset,
     count_parameters,
@@ -79,6 +80,7 @@ class TrainerInputs:
     compute_loss_func: object | None = None  # soft-target loss with Mixup/CutMix/label smoothing, or distillation
     ema: object | None = None  # EMACallback: the weights' moving average, continued from a resumed checkpoint
     teacher_config: object | None = None  # a distillation teacher's config: its forward FLOPs join the MFU
+    input_path: str | None = None  # the input path chosen ("device", "host_crop", "per_sample")
 
 
 def prepare_world(args) -> World:
@@ -230,7 +232,7 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str) 
     ema = EMACallback(reg.ema_decay, world.resume_from) if reg.ema_decay else None
     metrics = make_module_compute_metrics(data.label_names)  # top-1, top-5, macro F1; per-class kept aside
     teacher_config = distillation.teacher.model.config if distillation is not None else None
-    return TrainerInputs(splits, collate, metrics, card, rank_batches, loss, ema, teacher_config)
+    return TrainerInputs(splits, collate, metrics, card, rank_batches, loss, ema, teacher_config, input_path)
 
 
 def teacher_card_rows(distil) -> dict:
@@ -249,6 +251,7 @@ def model_card_facts(args, world: World, data, model, model_desc: str) -> dict:
     lr_scaling = "none" if lr_info["rule"] == "none" else (
         f"{lr_info['rule']} from {lr_info['base_lr']:g} at batch {lr_info['reference_batch']}"
     )  # fmt: skip
+    pretrained = pretraining_summary(args.model.model_name_or_path) if args.model.model_name_or_path else None
     return {
         "model_name": os.path.basename(os.path.normpath(training.output_dir)),
         "model_desc": model_desc,
@@ -273,6 +276,7 @@ def model_card_facts(args, world: World, data, model, model_desc: str) -> dict:
             "epochs": training.num_train_epochs if training.max_steps <= 0 else f"{training.max_steps} steps",
             "precision": "bf16" if training.bf16 else ("fp16" if training.fp16 else "fp32"),
             "seed": training.seed,
+            **({"pretraining": pretrained} if pretrained else {}),  # an MAE run's folder: its mask ratio, steps
         },
     }
 
@@ -309,8 +313,9 @@ def report_skips(trainer) -> dict:
     return {"bad images skipped": len(bad), "non-finite steps skipped": len(trainer.skipped_steps)}
 
 
-def finish_run(trainer, train_result, world: World, inputs: TrainerInputs) -> dict:
-    """Save the model and metrics, evaluate, report skipped images, write the card, push, print the done line."""
+def finish_run(trainer, train_result, world: World, inputs: TrainerInputs, score: str = "accuracy") -> dict:
+    """Save the model and metrics, evaluate, report skipped images, write the card, push, print the done line
+    (with `eval_<score>`: MAE pretraining's is its k-NN accuracy)."""
     trainer.save_model()  # model.safetensors + config + image processor (ZeRO-3: gathered 16-bit weights)
     if trainer.ema is not None:  # the EMA weights as a second plain model beside the trained one
         with trainer.ema.applied(trainer.model):
@@ -335,6 +340,6 @@ def finish_run(trainer, train_result, world: World, inputs: TrainerInputs) -> di
     if trainer.args.push_to_hub:
         trainer.push_to_hub()  # our create_model_card writes the same card before the upload
     noted = "".join(f", {n} {what}" for what, n in skips.items() if n)
-    logger.info(f"Done: {trainer.args.output_dir} (accuracy {eval_metrics.get('eval_accuracy', float('nan')):.4f}, "
+    logger.info(f"Done: {trainer.args.output_dir} ({score} {eval_metrics.get(f'eval_{score}', float('nan')):.4f}, "
                 f"{world.engine.label()}, {trainer.args.world_size} process(es){noted})")  # fmt: skip
     return eval_metrics
