@@ -9,6 +9,10 @@ With a distillation teacher (`--teacher_model`: a folder saved by the recipe, or
 resnet-tiny-cpu) every rank also holds the whole teacher in --precision and its forward's tensors for one micro-batch,
 and computes its forward.
 
+MAE pretraining (recipes/pretrain_mae.py, `--mae`): the encoder runs on the visible tokens only, a decoder on all:
+
+    python recipes/plan.py --mae --model_preset vit-l-16 --mask_ratio 0.75 --per_device_train_batch_size 256 --gpus 8
+
 `--json` prints the same plan as JSON. Bandwidths and the achievable TFLOP/s are assumptions unless you pass your
 own measured numbers (nccl-tests' bus bandwidth, a throughput.json from recipes/train_vit.py); docs/planner.md
 explains every formula and shows how the estimates compare with measurements.
@@ -24,7 +28,8 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.models.flops import lookup_peak_tflops, vit_train_flops_per_image
+from hf_vit_scaling.models.flops import lookup_peak_tflops, train_flops_per_image
+from hf_vit_scaling.models.mae import DECODER_FIELDS, DECODER_PRESETS
 from hf_vit_scaling.models.presets import ALL_PRESETS, MODEL_PRESETS, preset_config
 from hf_vit_scaling.planning.memory import PlanSettings
 from hf_vit_scaling.planning.plan import Plan, plan
@@ -35,6 +40,8 @@ from hf_vit_scaling.planning.shapes import (
     NETWORKS,
     PRECISIONS,
     GiB,
+    MaeShape,
+    mae_shape,
     read_ds_configs,
     vit_shape,
 )
@@ -124,6 +131,18 @@ class PlanArguments:
             "micro-batch and its forward FLOPs, at the student's image size."
         },
     )
+    mae: bool = field(
+        default=False,
+        metadata={
+            "help": "Plan MAE pretraining (recipes/pretrain_mae.py): the preset's encoder on the visible tokens, the "
+            "decoder (the preset's, or the --decoder_* sizes) on every token; no classifier."
+        },
+    )
+    mask_ratio: float = field(default=0.75, metadata={"help": "With --mae: fraction of patches masked, in (0, 1)."})
+    decoder_hidden_size: int | None = field(default=None, metadata={"help": "With --mae: decoder width."})
+    decoder_num_hidden_layers: int | None = field(default=None, metadata={"help": "With --mae: decoder depth."})
+    decoder_num_attention_heads: int | None = field(default=None, metadata={"help": "With --mae: decoder heads."})
+    decoder_intermediate_size: int | None = field(default=None, metadata={"help": "With --mae: decoder MLP width."})
     json: bool = field(default=False, metadata={"help": "Print the plan as JSON instead of a table."})
 
     def __post_init__(self):
@@ -158,11 +177,32 @@ class PlanArguments:
             raise UserInputError(f"--mfu must be in (0, 1], got {self.mfu}. Fix: e.g. 0.4.")
         if not self.cpu_adam_gparams_per_s > 0:
             raise UserInputError(f"--cpu_adam_gparams_per_s must be positive, got {self.cpu_adam_gparams_per_s}.")
+        if self.mae:
+            self.check_mae()
         if self.teacher_model and sp > 1:
             raise UserInputError(
                 "--teacher_model with --sequence_parallel_size above 1: the recipe refuses sequence parallelism "
                 "beside a teacher. Fix: drop one of the two."
             )
+
+    def check_mae(self) -> None:
+        """--mae's values, as recipes/pretrain_mae.py checks them (one error line each)."""
+        if not 0 < self.mask_ratio < 1:
+            raise UserInputError(f"--mask_ratio must be in (0, 1), got {self.mask_ratio}. Fix: e.g. 0.75.")
+        for key in DECODER_FIELDS:
+            value = getattr(self, key)
+            if value is not None and value <= 0:
+                raise UserInputError(f"--{key} must be positive, got {value}. Fix: pass a whole number >= 1.")
+        if self.sequence_parallel_size > 1 or self.teacher_model:
+            raise UserInputError(
+                "--mae with --sequence_parallel_size above 1 or --teacher_model: MAE pretraining takes neither. "
+                "Fix: drop them."
+            )
+
+    def decoder(self) -> dict:
+        sizes = dict(DECODER_PRESETS[self.model_preset])
+        sizes.update({key: getattr(self, key) for key in DECODER_FIELDS if getattr(self, key) is not None})
+        return sizes
 
 
 _MEMORY_UNITS = {
@@ -247,7 +287,11 @@ def teacher_from(args: PlanArguments, image_size: int) -> TeacherShape | None:
 
 
 def settings_from(args: PlanArguments) -> PlanSettings:
-    shape = vit_shape(MODEL_PRESETS[args.model_preset], args.image_size, args.patch_size, args.num_labels)
+    preset = MODEL_PRESETS[args.model_preset]
+    if args.mae:
+        shape = mae_shape(preset, args.decoder(), args.mask_ratio, args.image_size, args.patch_size)
+    else:
+        shape = vit_shape(preset, args.image_size, args.patch_size, args.num_labels)
     return PlanSettings(
         shape=shape,
         per_device_batch=args.per_device_train_batch_size,
@@ -293,9 +337,14 @@ def format_plan(result: Plan) -> str:
     """A table per engine (GiB per rank; step time in seconds), the inputs, and the recommendation."""
     s = result.settings
     shape = s.shape
+    if isinstance(shape, MaeShape):
+        model = (f"MAE: {shape.num_parameters / 1e6:.1f} M parameters, encoder on {shape.visible_tokens} of "
+                 f"{shape.tokens} tokens (mask ratio {shape.mask_ratio:g}), decoder {shape.decoder_hidden_size} "
+                 f"wide x {shape.decoder_num_hidden_layers} on {shape.tokens}")  # fmt: skip
+    else:
+        model = f"ViT: {shape.num_parameters / 1e6:.1f} M parameters, {shape.tokens} tokens"
     lines = [
-        f"ViT: {shape.num_parameters / 1e6:.1f} M parameters, {shape.tokens} tokens, "
-        f"{vit_train_flops_per_image(shape) / 1e9:.1f} GFLOP per training image; {s.per_device_batch} images per "
+        f"{model}, {train_flops_per_image(shape) / 1e9:.1f} GFLOP per training image; {s.per_device_batch} images per "
         f"device, {s.precision}, gradient checkpointing {'on' if s.gradient_checkpointing else 'off'}, "
         f"sequence parallel {s.sequence_parallel_size}",
         f"Cluster: {s.nodes} node(s) x {s.gpus_per_node} GPUs of {s.gpu_memory_bytes / GiB:.1f} GiB, "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from hf_vit_scaling.models.flops import vit_train_flops_per_image
+from hf_vit_scaling.models.flops import train_flops_per_image
 from hf_vit_scaling.planning.memory import MemoryEstimate, PlanSettings, engine_memory, largest_batch
 from hf_vit_scaling.planning.shapes import ENGINE_FLAGS, ENGINE_NAMES, ENGINES, GiB
 from hf_vit_scaling.planning.speed import SpeedEstimate, engine_speed
@@ -38,7 +38,7 @@ class Plan:
         settings["shape"]["tokens"] = self.settings.shape.tokens
         settings["shape"]["num_parameters"] = self.settings.shape.num_parameters
         settings["world_size"] = self.settings.world_size
-        settings["train_flops_per_image"] = vit_train_flops_per_image(self.settings.shape)
+        settings["train_flops_per_image"] = train_flops_per_image(self.settings.shape)
         if self.settings.teacher is not None:
             settings["teacher"]["weight_bytes"] = self.settings.teacher.weight_bytes(self.settings.precision)
         return {

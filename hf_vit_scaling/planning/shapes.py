@@ -172,6 +172,56 @@ def vit_shape(
     return VitShape(num_labels=num_labels, **values)
 
 
+@dataclass(frozen=True)
+class MaeShape(VitShape):
+    """A Hugging Face `ViTMAEForPreTraining` (recipes/pretrain_mae.py): the VitShape's encoder, which runs on the
+    visible tokens only, and a decoder of its own width and depth on every token (He et al. 2021, arXiv 2111.06377).
+    `model_type` makes `flops.forward_flops_per_image` count it with the MAE formula. No classifier."""
+
+    mask_ratio: float = 0.75
+    decoder_hidden_size: int = 512
+    decoder_num_hidden_layers: int = 8
+    decoder_num_attention_heads: int = 16
+    decoder_intermediate_size: int = 2048
+    model_type: str = "vit_mae"
+
+    @property
+    def num_patches(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+    @property
+    def visible_tokens(self) -> int:
+        """The encoder's sequence: CLS + int(P · (1 - r)) patches (ViT-B/16 at 0.75: 1 + 49 = 50)."""
+        return 1 + int(self.num_patches * (1 - self.mask_ratio))
+
+    def parameter_sizes(self) -> dict[str, list[int]]:
+        """The encoder's tensors (no classifier) and the decoder's: embedding D→d, mask token, its fixed sin-cos
+        position table (a frozen parameter, as the encoder's), its layers, final LayerNorm and the pixel
+        prediction d→p²C (ViT-B/16 with the paper's decoder: 111,907,840, `sum(p.numel())` of the HF model)."""
+        groups = {k: v for k, v in super().parameter_sizes().items() if k != "classifier"}
+        d, i, pixels = self.decoder_hidden_size, self.decoder_intermediate_size, self.num_channels * self.patch_size**2
+        groups["decoder_embeddings"] = [self.hidden_size * d, d, d, self.tokens * d]  # embed, mask token, positions
+        for n in range(self.decoder_num_hidden_layers):
+            for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                groups[f"decoder{n}.{proj}"] = [d * d, d]
+            groups[f"decoder{n}.layernorm_before"] = [d, d]
+            groups[f"decoder{n}.layernorm_after"] = [d, d]
+            groups[f"decoder{n}.fc1"] = [d * i, i]
+            groups[f"decoder{n}.fc2"] = [i * d, d]
+        groups["decoder_norm"] = [d, d]
+        groups["decoder_pred"] = [d * pixels, pixels]
+        return groups
+
+
+def mae_shape(preset: dict, decoder: dict, mask_ratio: float = 0.75, image_size: int | None = None,
+              patch_size: int | None = None) -> MaeShape:  # fmt: skip
+    """A `MaeShape` from a `models.MODEL_PRESETS` entry and a `models.mae.DECODER_PRESETS` entry."""
+    values = dict(preset)
+    values["image_size"] = image_size or values["image_size"]
+    values["patch_size"] = patch_size or values["patch_size"]
+    return MaeShape(**values, **decoder, mask_ratio=mask_ratio, num_labels=0)
+
+
 # --------------------------------------------------------------------------- activations
 
 
@@ -207,6 +257,63 @@ def layer_activation_elements(shape: VitShape, batch: int, sequence_parallel_siz
         "attention_output": sbh,  # SDPA's output O, also o_proj's input
         "mlp": 2 * sbi,  # GELU input (fc1 output) and GELU output (fc2 input)
         "fp32_statistics": 4 * s * batch + shape.num_attention_heads * s * batch,
+    }
+
+
+@dataclass(frozen=True)
+class TokenStack:
+    """A stack of identical transformer layers and the tokens they run on: a ViT's encoder, or an MAE's encoder
+    (visible tokens) or decoder (every token). `layer_activation_elements` reads it as it reads a `VitShape`."""
+
+    tokens: int
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_hidden_layers: int
+
+    @classmethod
+    def of(cls, shape: VitShape) -> TokenStack:
+        return cls(shape.tokens, shape.hidden_size, shape.intermediate_size, shape.num_attention_heads,
+                   shape.num_hidden_layers)  # fmt: skip
+
+
+def stack_bytes(
+    stack: TokenStack,
+    batch: int,
+    precision: str,
+    gradient_checkpointing: bool = False,
+    sequence_parallel_size: int = 1,
+    autocast: bool = False,
+) -> dict[str, int]:
+    """Bytes one rank keeps for a stack of layers (see `activation_bytes`): `one_layer`, `kept` (all layers, or
+    each layer's input under checkpointing), `recomputed` (one layer less its input, under checkpointing),
+    `forward_transient` (the last layer's MLP tensors under checkpointing), `backward_working_set` (sbI + sbh)."""
+    element = bytes_per_element(precision)
+    residual_element = 4 if autocast else element
+    per_layer = layer_activation_elements(stack, batch, sequence_parallel_size)
+    s_local = math.ceil(stack.tokens / sequence_parallel_size)
+    sbh = s_local * batch * stack.hidden_size
+    sbi = s_local * batch * stack.intermediate_size
+    autocast_casts = 2 * sbh if autocast else 0  # k_proj's and v_proj's own bf16 copies of the LayerNorm output
+    layer = (
+        per_layer["residual"] * residual_element
+        + (per_layer["normed"] + autocast_casts + per_layer["qkv"] + per_layer["attention_output"] + per_layer["mlp"])
+        * element
+        + per_layer["fp32_statistics"] * 4
+    )
+    layers = stack.num_hidden_layers
+    if gradient_checkpointing:
+        kept = layers * sbh * residual_element  # each layer's input
+        recomputed = layer - sbh * residual_element  # in backward, one layer at a time (its input is kept already)
+        forward_transient = 2 * sbi * element  # the last layer's fc1 and GELU outputs, not kept
+    else:
+        kept, recomputed, forward_transient = layers * layer, 0, 0
+    return {
+        "one_layer": layer,
+        "kept": kept,
+        "recomputed": recomputed,
+        "forward_transient": forward_transient,
+        "backward_working_set": (sbi + sbh) * element,
     }
 
 
@@ -246,26 +353,13 @@ def activation_bytes(
     (transformers `Trainer._prepare_input`), autocast casts the convolution's input, FSDP2's MixedPrecisionPolicy casts
     the inputs of each sharded module (`_fsdp_state._cast_forward_inputs`).
     """
-    element = bytes_per_element(precision)
-    residual_element = 4 if autocast else element
-    per_layer = layer_activation_elements(shape, batch, sequence_parallel_size)
-    s_local = math.ceil(shape.tokens / sequence_parallel_size)
-    sbh = s_local * batch * shape.hidden_size
-    sbi = s_local * batch * shape.intermediate_size
-    autocast_casts = 2 * sbh if autocast else 0  # k_proj's and v_proj's own bf16 copies of the LayerNorm output
-    layer = (
-        per_layer["residual"] * residual_element
-        + (per_layer["normed"] + autocast_casts + per_layer["qkv"] + per_layer["attention_output"] + per_layer["mlp"])
-        * element
-        + per_layer["fp32_statistics"] * 4
-    )
-    layers = shape.num_hidden_layers
-    if gradient_checkpointing:
-        kept = layers * sbh * residual_element  # each layer's input
-        recomputed = layer - sbh * residual_element  # in backward, one layer at a time (its input is kept already)
-        forward_transient = 2 * sbi * element  # the last layer's fc1 and GELU outputs, not kept
-    else:
-        kept, recomputed, forward_transient = layers * layer, 0, 0
+    if isinstance(shape, MaeShape):
+        return mae_activation_bytes(shape, batch, precision, gradient_checkpointing, autocast)
+    residual_element = 4 if autocast else bytes_per_element(precision)
+    stack = stack_bytes(TokenStack.of(shape), batch, precision, gradient_checkpointing, sequence_parallel_size,
+                        autocast)  # fmt: skip
+    layer, kept, recomputed = stack["one_layer"], stack["kept"], stack["recomputed"]
+    forward_transient, working = stack["forward_transient"], stack["backward_working_set"]
     # The pixels (fp32 batch; in bf16 also the convolution's bf16 copy); the final LayerNorm's input, statistics and
     # output on the full sequence (gathered before it under sequence parallelism; the classifier keeps the CLS slice,
     # a view that keeps the whole output alive); the logits.
@@ -273,7 +367,6 @@ def activation_bytes(
     pixels = pixel_count * 4 + (pixel_count * 2 if precision == "bf16" else 0)
     tokens = shape.tokens * batch
     head = 2 * tokens * shape.hidden_size * residual_element + 2 * tokens * 4 + batch * shape.num_labels * 4
-    working = (sbi + sbh) * element
     forward_end = kept + pixels + head + forward_transient
     backward_start = kept + recomputed + pixels + working
     return {
@@ -283,6 +376,57 @@ def activation_bytes(
         "input_batch": pixel_count * 4,
         "embeddings_and_head": pixels + head,
         "backward_working_set": working,
+        "forward_end": forward_end,
+        "backward_start": backward_start,
+        "total": max(forward_end, backward_start),
+    }
+
+
+def mae_activation_bytes(
+    shape: MaeShape, batch: int, precision: str, gradient_checkpointing: bool = False, autocast: bool = False
+) -> dict[str, int]:
+    """`activation_bytes` of MAE pretraining (transformers' `ViTMAEForPreTraining`, norm_pix_loss on or off): the
+    encoder's layers keep what a ViT layer keeps on the V visible tokens, the decoder's on all P + 1 tokens at the
+    decoder's width d (`stack_bytes` for each). Besides the layers and the pixels (as for the ViT), what autograd
+    keeps (listed from `saved_tensors_hooks` on a real model, tests/unit/planning/test_shapes.py):
+
+    * masking: the patch embedding's output on all P patches, and the int64 index of the gather that keeps the
+      visible ones (V - 1 patches x h, 8 bytes each);
+    * the encoder's final LayerNorm on V tokens: input, output (decoder_embed's input), fp32 mean and rstd;
+    * unshuffling: the P tokens with mask tokens, and the int64 gather index (P x d);
+    * the decoder's final LayerNorm on P + 1 tokens (input, output: decoder_pred's input, statistics);
+    * the loss: the fp32 difference prediction - target (P x p²C per image, for the square) and the mask.
+
+    Backward starts at the top decoder layer: the working set and the recomputed layer are the decoder's."""
+    residual = 4 if autocast else bytes_per_element(precision)
+    encoder = TokenStack(shape.visible_tokens, shape.hidden_size, shape.intermediate_size,
+                         shape.num_attention_heads, shape.num_hidden_layers)  # fmt: skip
+    decoder = TokenStack(shape.tokens, shape.decoder_hidden_size, shape.decoder_intermediate_size,
+                         shape.decoder_num_attention_heads, shape.decoder_num_hidden_layers)  # fmt: skip
+    enc = stack_bytes(encoder, batch, precision, gradient_checkpointing, 1, autocast)
+    dec = stack_bytes(decoder, batch, precision, gradient_checkpointing, 1, autocast)
+    pixel_count = batch * shape.num_channels * shape.image_size**2
+    pixels = pixel_count * 4 + (pixel_count * 2 if precision == "bf16" else 0)
+    h, d, patches = shape.hidden_size, shape.decoder_hidden_size, shape.num_patches * batch
+    visible, every = shape.visible_tokens * batch, shape.tokens * batch
+    masking = patches * h * residual + (visible - batch) * h * 8
+    encoder_norm = 2 * visible * h * residual + 2 * visible * 4
+    unshuffle = patches * d * residual + patches * d * 8
+    decoder_norm = 2 * every * d * residual + 2 * every * 4
+    loss = patches * shape.num_channels * shape.patch_size**2 * 4 + patches * 4
+    around = masking + encoder_norm + unshuffle + decoder_norm + loss
+    kept = enc["kept"] + dec["kept"]
+    forward_end = kept + pixels + around + dec["forward_transient"]
+    backward_start = kept + dec["recomputed"] + pixels + dec["backward_working_set"]
+    return {
+        "layers": kept + dec["recomputed"],
+        "one_layer": max(enc["one_layer"], dec["one_layer"]),
+        "encoder_layers": enc["kept"],
+        "decoder_layers": dec["kept"],
+        "pixels": pixels,
+        "input_batch": pixel_count * 4,
+        "embeddings_and_head": pixels + around,
+        "backward_working_set": dec["backward_working_set"],
         "forward_end": forward_end,
         "backward_start": backward_start,
         "total": max(forward_end, backward_start),

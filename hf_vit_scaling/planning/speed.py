@@ -3,10 +3,10 @@ achievable TFLOP/s calibrated from a measured epoch.
 
 Speed
 -----
-Compute: images × training FLOPs per image (`flops.vit_train_flops_per_image`, ×4/3 with gradient checkpointing,
-which reruns the forward; + a distillation teacher's forward FLOPs, no backward) ÷ an achievable TFLOP/s that the
-caller states. Communication: bytes each rank sends per
-step ÷ the link's bus bandwidth, with the ring-algorithm volumes of NCCL's performance notes (nccl-tests
+Compute: images × training FLOPs per image (`flops.train_flops_per_image`: the ViT or the MAE formula, ×4/3 with
+gradient checkpointing, which reruns the forward; + a distillation teacher's forward FLOPs, no backward) ÷ an
+achievable TFLOP/s that the caller states. Communication: bytes each rank sends per step ÷ the link's bus
+bandwidth, with the ring-algorithm volumes of NCCL's performance notes (nccl-tests
 `doc/PERFORMANCE.md`): all-reduce 2(N-1)/N × bytes, all-gather and reduce-scatter (N-1)/N × bytes. A ring that spans
 nodes is as fast as its slowest link, so the bandwidth is the node's network when there is more than one node.
 Compute and communication are added (no overlap assumed), so the step time is an upper-bound-style estimate.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hf_vit_scaling.models.flops import vit_train_flops_per_image
+from hf_vit_scaling.models.flops import train_flops_per_image
 from hf_vit_scaling.planning.memory import PlanSettings, zero3_gathered_parameters
 from hf_vit_scaling.planning.shapes import VitShape, bytes_per_element
 
@@ -69,7 +69,7 @@ def engine_speed(engine: str, settings: PlanSettings) -> SpeedEstimate:
     """Step-time estimate: compute + collectives + sequence-parallel all-to-alls + host transfers + CPU Adam."""
     shape, sp = settings.shape, settings.sequence_parallel_size
     p = bytes_per_element(settings.precision)
-    flops = settings.per_device_batch * vit_train_flops_per_image(shape) / sp
+    flops = settings.per_device_batch * train_flops_per_image(shape) / sp
     if settings.gradient_checkpointing:
         flops *= 4 / 3  # one more forward per step: 3 → 4 forward-equivalents
     if settings.teacher is not None:  # its forward on the micro-batch (sequence parallelism is refused beside it)
@@ -138,5 +138,5 @@ def achievable_tflops_from_epoch(
 ) -> float:
     """The TFLOP/s one GPU achieved, from a measured single-GPU epoch (no communication in it): the planner's
     calibration input. The study's T4 epoch: 50,000 images x 105.4 GFLOP / 1,817.65 s = 2.90 TFLOP/s."""
-    flops = train_images * vit_train_flops_per_image(shape) * (4 / 3 if gradient_checkpointing else 1)
+    flops = train_images * train_flops_per_image(shape) * (4 / 3 if gradient_checkpointing else 1)
     return flops / epoch_s / 1e12

@@ -129,3 +129,26 @@ def test_parse_memory_size_and_bandwidth():
     for bad in ("fast", "0", "-3", "nan"):
         with pytest.raises(UserInputError, match="Fix:"):
             recipe.resolve_bandwidth(bad, {"nvlink3": 230.0}, "--interconnect")
+
+
+def test_mae_plan_counts_the_encoder_on_visible_tokens_and_the_decoder(capsys):
+    """--mae: the preset's encoder on 1 + 49 tokens and the paper's decoder on 197 (ViT-B/16 at 0.75); the plan's
+    FLOPs are the MAE formula's, its memory holds the decoder's weights; bad --mae values give one error line."""
+    from hf_vit_scaling.models.flops import mae_forward_macs_per_image
+    from hf_vit_scaling.planning.shapes import MaeShape
+
+    recipe = load_recipe()
+    assert recipe.main(["--mae", "--model_preset", "vit-b-16", "--gpus", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    shape = report["settings"]["shape"]
+    assert (shape["num_parameters"], shape["decoder_hidden_size"], shape["mask_ratio"]) == (111_907_840, 512, 0.75)
+    mae = MaeShape(**{k: v for k, v in shape.items() if k not in ("tokens", "num_parameters")})
+    assert report["settings"]["train_flops_per_image"] == 6 * mae_forward_macs_per_image(mae) == 6 * 9_781_133_312
+    assert recipe.main(["--mae", "--model_preset", "vit-b-16", "--gpus", "2"]) == 0
+    assert "MAE: 111.9 M parameters, encoder on 50 of 197 tokens (mask ratio 0.75), decoder 512 wide x 8" in (
+        capsys.readouterr().out)  # fmt: skip
+    for flags, message in ((["--mask_ratio", "0"], "--mask_ratio must be in (0, 1)"),
+                           (["--decoder_hidden_size", "-8"], "--decoder_hidden_size must be positive")):  # fmt: skip
+        assert recipe.main(["--mae", *flags]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"error: {message}") and "Fix:" in line

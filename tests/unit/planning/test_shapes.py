@@ -2,6 +2,7 @@
 
 import dataclasses
 
+import pytest
 import torch
 from transformers import ViTConfig, ViTForImageClassification
 
@@ -110,3 +111,65 @@ def test_activation_bytes_match_a_real_forward_on_cpu():
     del logits
     expected = activation_bytes(shape, batch, "fp32")["forward_end"]
     assert abs(live / expected - 1) < 0.01, (live, expected)
+
+
+# --------------------------------------------------------------------------- MAE pretraining (recipes/pretrain_mae.py)
+
+
+def mae_tiny(mask_ratio=0.75):
+    from hf_vit_scaling.planning.shapes import MaeShape
+
+    return MaeShape(image_size=64, patch_size=8, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=256, num_labels=0, mask_ratio=mask_ratio, decoder_hidden_size=32,
+                    decoder_num_hidden_layers=2, decoder_num_attention_heads=4,
+                    decoder_intermediate_size=128)  # fmt: skip
+
+
+def hf_mae(shape, norm_pix_loss=True):
+    from transformers import ViTMAEConfig, ViTMAEForPreTraining
+
+    skip = ("num_labels", "model_type")
+    config = ViTMAEConfig(**{f.name: getattr(shape, f.name) for f in dataclasses.fields(shape) if f.name not in skip},
+                          norm_pix_loss=norm_pix_loss)  # fmt: skip
+    config._attn_implementation = "sdpa"
+    return ViTMAEForPreTraining(config)
+
+
+def test_mae_parameters_encoder_and_decoder_against_transformers():
+    from hf_vit_scaling.models.mae import DECODER_PRESETS
+    from hf_vit_scaling.planning.shapes import mae_shape
+
+    base = mae_shape(MODEL_PRESETS["vit-b-16"], DECODER_PRESETS["vit-b-16"])
+    with torch.device("meta"):
+        for shape in (base, mae_tiny()):
+            assert shape.num_parameters == sum(p.numel() for p in hf_mae(shape).parameters())
+    assert base.num_parameters == 111_907_840  # facebook/vit-mae-base's size: 86.6 M encoder + 25.3 M decoder
+    assert base.visible_tokens == 50 and base.tokens == 197
+
+
+@pytest.mark.parametrize("mask_ratio, norm_pix_loss", [(0.75, True), (0.5, False)])
+def test_mae_activations_are_what_autograd_keeps(mask_ratio, norm_pix_loss):
+    """The encoder's layers on the visible tokens, the decoder's on every token, and around them what a real
+    ViTMAEForPreTraining's forward saves for backward (every saved tensor that is not a parameter, counted once by
+    storage): exactly the planner's activations at the end of the forward pass (fp32, dropout 0, SDPA)."""
+    shape = mae_tiny(mask_ratio)
+    torch.manual_seed(0)
+    model = hf_mae(shape, norm_pix_loss).train()
+    saved = {}
+
+    def keep(tensor):
+        storage = tensor.untyped_storage()
+        saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+        loss = model(pixel_values=torch.randn(8, 3, 64, 64)).loss
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept = sum(n for ptr, n in saved.items() if ptr not in weights)
+    assert loss.requires_grad
+    expected = activation_bytes(shape, 8, "fp32")
+    assert abs(kept - expected["forward_end"]) <= 16, (kept, expected)  # a 0-d tensor or two
+    # The encoder's share shrinks with the mask ratio; the decoder's does not depend on it.
+    fewer = activation_bytes(mae_tiny(0.9), 8, "fp32")
+    assert fewer["encoder_layers"] < expected["encoder_layers"] and fewer["decoder_layers"] == expected[
+        "decoder_layers"]  # fmt: skip
