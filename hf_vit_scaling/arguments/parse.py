@@ -26,6 +26,7 @@ from hf_vit_scaling.arguments.data import DataArguments
 from hf_vit_scaling.arguments.distillation import DistillationArguments
 from hf_vit_scaling.arguments.engine import ClusterArguments, EngineArguments, LearningRateArguments
 from hf_vit_scaling.arguments.field_checks import float_fields, require_file, require_finite
+from hf_vit_scaling.arguments.mae import MaeArguments, check_mae_run
 from hf_vit_scaling.arguments.model import ModelArguments
 from hf_vit_scaling.arguments.regularization import RegularizationArguments
 from hf_vit_scaling.arguments.reliability import ReliabilityArguments, ReportArguments
@@ -50,6 +51,7 @@ class RecipeArguments:
     streaming: StreamingArguments
     distillation: DistillationArguments
     training: TrainingArguments
+    mae: MaeArguments | None = None  # recipes/pretrain_mae.py only (`parse_args(mae=True)`)
 
 
 ALL_ARGUMENT_CLASSES = (
@@ -189,10 +191,10 @@ def _parse_flags(parser: HfArgumentParser, argv: list[str]) -> tuple:
     return tuple(groups)
 
 
-def _parse(argv: list[str]) -> tuple:
+def _parse(argv: list[str], extra_classes: tuple = ()) -> tuple:
     """The dataclasses from argv or from one .json/.yaml file (plus overrides after it); `--ds_config` resolved into
-    `--deepspeed` first."""
-    parser = _CheckingParser(ALL_ARGUMENT_CLASSES)
+    `--deepspeed` first. `extra_classes`: a recipe's own groups, after the shared ones."""
+    parser = _CheckingParser((*ALL_ARGUMENT_CLASSES, *extra_classes))
     if argv and _is_args_file(argv[0]):
         return _parse_args_file(parser, argv[0], argv[1:])
     values = {"ds_config": _option_value(argv, "--ds_config"), "deepspeed": _option_value(argv, "--deepspeed")}
@@ -206,12 +208,15 @@ def _parse(argv: list[str]) -> tuple:
     return _parse_flags(parser, argv)
 
 
-def parse_args(argv: list[str] | None = None) -> RecipeArguments:
+def parse_args(argv: list[str] | None = None, mae: bool = False) -> RecipeArguments:
     """Parse every argument group from argv (or one .json/.yaml file) and check them together, before anything
-    loads. Field checks live in each dataclass's `__post_init__`; checks across groups are in `validate_args`."""
+    loads. Field checks live in each dataclass's `__post_init__`; checks across groups are in `validate_args`.
+    `mae`: recipes/pretrain_mae.py's flags too (`MaeArguments`), and its refusals (`check_mae_run`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = RecipeArguments(*_parse(argv))
+    args = RecipeArguments(*_parse(argv, (MaeArguments,) if mae else ()))
     keep_hub_token_out_of_arguments(args.training)
+    if mae:
+        check_mae_run(args)
     validate_args(args)
     check_restart_setup(args.training, os.environ)
     return args

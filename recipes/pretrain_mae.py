@@ -1,0 +1,94 @@
+#!/usr/bin/env python
+"""Pretrain a ViT encoder as a masked autoencoder (MAE, He et al. 2021, arXiv 2111.06377) with the Hugging Face
+Trainer, optionally with DeepSpeed ZeRO or FSDP2; then fine-tune it with recipes/train_vit.py.
+
+The encoder is `--model_preset`'s ViT (transformers' `ViTMAEForPreTraining`): it sees 25% of the patches
+(`--mask_ratio 0.75`), a small decoder reconstructs the rest. No labels are trained on; a k-NN accuracy of the
+encoder's features on a small labelled subset is logged every `--knn_eval_steps` and at the end (`eval_knn_accuracy`),
+and `reconstructions.png` shows original, masked and reconstructed held-out images. Tried on a 2-core CPU:
+
+    accelerate launch --multi_gpu --num_processes 2 recipes/pretrain_mae.py --ds_config ds_configs/zero2.json \
+        --model_preset vit-tiny-cpu --output_dir outputs/mae-digits --max_steps 300 --knn_eval_steps 100 \
+        --report_to none
+
+Then fine-tune its encoder (every encoder tensor loaded and checked; the decoder is dropped):
+
+    accelerate launch --multi_gpu --num_processes 2 recipes/train_vit.py --ds_config ds_configs/zero2.json \
+        --model_name_or_path outputs/mae-digits --output_dir outputs/mae-digits-ft --num_train_epochs 30 \
+        --layer_decay 0.75 --drop_path_rate 0.1 --report_to none
+
+Every launcher, engine, data source, resume and fault flag of recipes/train_vit.py works here too; classification-only
+flags (Mixup/CutMix, a teacher, class weights) are refused. Run with `--help` for every flag.
+"""
+
+import sys
+
+from transformers import set_seed
+
+from hf_vit_scaling import (
+    MaeTrainer,
+    TrainingStopped,
+    UserInputError,
+    add_throughput_callback,
+    build_mae_model,
+    exit_code_for,
+    finish_mae_run,
+    load_image_classification_data,
+    parse_args,
+    prepare_mae_inputs,
+    prepare_mae_training,
+    prepare_world,
+    shutdown_distributed,
+)
+
+
+def main(argv=None) -> int:
+    try:
+        args = parse_args(argv, mae=True)
+        training = args.training
+
+        # The evaluation schedule and FSDP2's MAE blocks, then engine, learning rate, resume point: before the model
+        prepare_mae_training(training, args.mae)
+        world = prepare_world(args)
+
+        # Data (labels kept only for the k-NN probe) and the MAE model (the same seed gives the same weights)
+        set_seed(training.seed)
+        data = load_image_classification_data(args.data, seed=training.seed, cache_dir=args.model.cache_dir,
+                                              streaming=args.streaming)  # fmt: skip
+        model, processor, model_desc = build_mae_model(args, data.label_names)
+        inputs = prepare_mae_inputs(args, world, data, model, processor, model_desc)
+
+        # Trainer: the model's forward returns the reconstruction loss; evaluation adds the k-NN accuracy
+        trainer = MaeTrainer(
+            model=model,
+            args=training,
+            train_dataset=inputs.splits["train"],
+            eval_dataset=inputs.splits["validation"],
+            data_collator=inputs.collate,
+            processing_class=processor,
+            rank_batches=inputs.rank_batches,
+            nonfinite_policy=args.reliability.on_nonfinite_loss,
+            trace_samples=args.reliability.trace_samples,
+            knn=inputs.knn,
+        )
+        add_throughput_callback(trainer, warmup_steps=args.report.throughput_warmup_steps,
+                                peak_tflops=args.report.peak_tflops, engine=world.engine,
+                                slow_ranks=args.cluster.slow_ranks, rank_batches=inputs.rank_batches)  # fmt: skip
+
+        # Training, then the picture, evaluation (k-NN accuracy), pretraining.json and the done line
+        try:
+            train_result = trainer.train(resume_from_checkpoint=world.resume_from)
+        finally:
+            trainer.close_trace()
+        finish_mae_run(trainer, train_result, world, inputs, args, data)
+    except UserInputError as err:  # bad input: exit 2, nothing expensive started or nothing written
+        return exit_code_for(err)
+    except TrainingStopped as err:  # a non-finite loss or a failed save: the message names the safe checkpoint
+        return exit_code_for(err)
+    # Last: gloo's worker threads must be done with every collective before the interpreter tears down.
+    shutdown_distributed()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
