@@ -11,6 +11,7 @@ import pytest
 import yaml
 from transformers import HfArgumentParser
 
+from hf_vit_scaling.arguments.mae import MaeArguments
 from hf_vit_scaling.arguments.parse import ALL_ARGUMENT_CLASSES, RecipeArguments
 from tests.helpers.launchers import REPO
 from tests.helpers.readme import RECIPE_FOLDERS, readme_commands, recipe_config_files, with_stand_in_folders
@@ -22,7 +23,7 @@ MEASURED_VS_REFERENCE = re.compile(r"measured.*reference|reference.*measured", r
 
 def test_there_are_recipe_configs():
     assert {p.parent.name for p in CONFIGS} >= {
-        "recipes", "fashion_mnist", "medical_brain_mri", "cifar100_study", "cifar_finetune", "imagenet_deit",
+        "recipes", "fashion_mnist", "mae", "medical_brain_mri", "cifar100_study", "cifar_finetune", "imagenet_deit",
     }  # fmt: skip
 
 
@@ -30,7 +31,11 @@ def test_there_are_recipe_configs():
 def test_recipe_config_parses_into_the_recipe_flags(tmp_path, path):
     values = with_stand_in_folders(yaml.safe_load(path.read_text(encoding="utf-8")), tmp_path)
     values.update(bf16=False, use_cpu=True, output_dir=str(tmp_path / "out"))  # bf16 needs an accelerator
-    args = RecipeArguments(*HfArgumentParser(ALL_ARGUMENT_CLASSES).parse_dict(values))
+    # recipes/pretrain_mae.py's configs (config_pretrain*.yaml) take its MAE group too; the others must not.
+    pretraining = path.name.startswith("config_pretrain")
+    groups = HfArgumentParser((*ALL_ARGUMENT_CLASSES, *([MaeArguments] if pretraining else []))).parse_dict(values)
+    args = RecipeArguments(*groups[: len(ALL_ARGUMENT_CLASSES)], mae=groups[-1] if pretraining else None)
+    assert (args.mae is not None) == pretraining
     assert args.training.output_dir == str(tmp_path / "out")
     assert args.model.preset or args.model.model_name_or_path
 
