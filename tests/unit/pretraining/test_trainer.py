@@ -42,4 +42,5 @@ def test_trains_without_labels_and_logs_knn_accuracy_at_each_evaluation(tmp_path
         assert entry["eval_loss"] > 0 and (entry["eval_knn_accuracy"] * 8).is_integer()
     final = trainer.evaluate()
     assert final["eval_knn_accuracy"] == evaluations[-1]["eval_knn_accuracy"]  # same model, same images
+    assert final["eval_loss"] == evaluations[-1]["eval_loss"]  # and the same masks
     assert model.config.mask_ratio == 0.75 and model.training is False  # evaluate leaves eval mode; ratio restored
