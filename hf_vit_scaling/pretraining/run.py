@@ -108,9 +108,9 @@ def prepare_mae_inputs(args, world: World, data, model, processor, model_desc: s
     if bank and queries:
         knn = KnnProbe(split, bank, queries, collate, len(data.label_names), mae.knn_k, mae.knn_temperature,
                        mae.knn_features, args.training.per_device_eval_batch_size)  # fmt: skip
+        when = f"every {mae.knn_eval_steps} steps and at the end" if mae.knn_eval_steps else "at the end"
         logger.info(f"k-NN evaluation: {len(bank)} labelled bank images, {len(queries)} queries, k {mae.knn_k}, "
-                    f"{mae.knn_features} features, unmasked; every {mae.knn_eval_steps or 'no'} steps and at the "
-                    "end.")  # fmt: skip
+                    f"{mae.knn_features} features, unmasked; {when}.")  # fmt: skip
     fields = {f.name: getattr(inputs, f.name) for f in dataclasses.fields(TrainerInputs)}
     fields.update(collate=WithoutLabels(inputs.collate), compute_metrics=None, model_card=None, knn=knn)
     return MaeInputs(**fields)
