@@ -16,11 +16,14 @@ NUM_PROCESSES ?= $(shell if command -v nvidia-smi >/dev/null 2>&1; then \
 
 install: $(VENV)/.installed
 
+# The last step compiles DeepSpeed's CPU ops (shared-memory collectives, CPU Adam) now, not in the first run that
+# needs them: ~1 minute of g++ per new environment (hf_vit_scaling/parallel/deepspeed_ops.py); nothing on a GPU.
 $(VENV)/.installed: setup.cfg pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m hf_vit_scaling.parallel.deepspeed_ops
 	touch $@
 
 # accelerate's --multi_gpu is its torchrun-style launcher for 2+ processes (one process needs none); on a CPU it runs

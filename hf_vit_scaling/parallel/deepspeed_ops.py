@@ -1,0 +1,53 @@
+"""Build DeepSpeed's CPU ops once, at install time, instead of in the middle of the first run that needs them.
+
+On a machine without a GPU DeepSpeed runs on its CPU accelerator and compiles two C++ ops with g++ the first time a
+run asks for them (torch.utils.cpp_extension's JIT build, cached in ~/.cache/torch_extensions):
+  - `deepspeed_shm_comm`: the CPU accelerator's shared-memory collectives, loaded by every DeepSpeed run (~20 s);
+  - `cpu_adam`: DeepSpeedCPUAdam, the optimizer of every ZeRO-Offload config (~40 s).
+The cache is keyed on the build command, which names the virtual environment's include paths: a fresh environment
+(a new clone, CI) rebuilds both, and the first ZeRO run of `make train` or of the tests waits a minute for g++.
+`make install` runs this module, so that minute is spent once, while installing:
+
+    DS_ACCELERATOR=cpu python -m hf_vit_scaling.parallel.deepspeed_ops
+
+On a GPU machine it builds nothing: DeepSpeed's CUDA ops are its own business (DS_BUILD_OPS at pip install).
+"""
+
+import os
+import sys
+import time
+
+CPU_OPS = ("ShareMemCommBuilder", "CPUAdamBuilder")
+
+
+def build_cpu_ops(names=CPU_OPS) -> dict[str, float]:
+    """{op name: seconds to build or load it} for DeepSpeed's CPU accelerator; an op already built loads in about a
+    second. Raises if DeepSpeed cannot build one (no compiler): the run that needs it would fail the same way."""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from deepspeed.accelerator import get_accelerator
+
+    accelerator = get_accelerator()
+    if accelerator.device_name() != "cpu":
+        return {}
+    seconds = {}
+    for name in names:
+        builder = accelerator.create_op_builder(name)
+        start = time.monotonic()
+        builder.load(verbose=False)
+        seconds[builder.NAME] = round(time.monotonic() - start, 1)
+    return seconds
+
+
+def main() -> int:
+    import torch
+
+    if torch.cuda.is_available() or os.environ.get("DS_ACCELERATOR", "cpu") != "cpu":
+        print("deepspeed_ops: a GPU machine: no CPU ops to build")
+        return 0
+    built = build_cpu_ops()
+    print("deepspeed_ops: " + ", ".join(f"{name} ready in {s:.0f} s" for name, s in built.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
