@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,10 +20,12 @@ WORKERS = REPO / "tests" / "launched" / "workers"
 BIN = Path(sys.executable).parent
 
 # A model small enough for seconds-long CPU runs: vit-tiny-cpu at 16 px (4x4 patches of 4 px -> 17 tokens).
+# --peak_tflops: MFU against a given peak, which skips the 0.3 s CPU matmul probe at the start of every run (the probe
+# has its own tests: tests/unit/models/test_flops.py, and the GPU check's dry run reports its MFU from it).
 TINY_ARGS = (
     "--model_preset vit-tiny-cpu --image_size 16 --per_device_train_batch_size 16 --learning_rate 2e-3 "
     "--warmup_steps 0 --crop_scale_min 0.5 --horizontal_flip false --report_to none --save_strategy no "
-    "--disable_tqdm true --seed 0 --throughput_warmup_steps 2 --dataloader_num_workers 0"
+    "--disable_tqdm true --seed 0 --throughput_warmup_steps 2 --dataloader_num_workers 0 --peak_tflops 0.1"
 ).split()
 
 
@@ -125,6 +128,15 @@ def run(cmd: list, timeout: int = 600, cwd=None, **env) -> subprocess.CompletedP
     return subprocess.run(
         [str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, env=launch_env(**env), cwd=cwd or REPO
     )
+
+
+def side_by_side(*calls):
+    """Call each of `calls` (functions of no argument that start one single-process run and wait for it) at the same
+    time, and return their results in order. Two one-thread runs use the 2 cores a sequence of them leaves half idle;
+    the first failure is raised after all have ended."""
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        futures = [pool.submit(call) for call in calls]
+        return [future.result() for future in futures]
 
 
 def run_recipe(output_dir, *args, launcher: str = "python", nproc: int = 1, script=RECIPE, check=True, **env):

@@ -5,11 +5,12 @@ the DeepSpeed config's included; nothing is downloaded), and `--help` lists ever
 import dataclasses
 import re
 import sys
+from functools import partial
 
 import yaml
 
 from hf_vit_scaling.arguments.parse import ALL_ARGUMENT_CLASSES
-from tests.helpers.launchers import REPO, printed_json, run
+from tests.helpers.launchers import REPO, printed_json, run, side_by_side
 from tests.helpers.readme import (
     RECIPE_FOLDERS,
     USER_FOLDER_KEYS,
@@ -82,8 +83,9 @@ HELP_FLAGS = {
 
 
 def test_help_lists_every_flag():
-    for script, flags in HELP_FLAGS.items():
-        proc = run([sys.executable, REPO / "recipes" / script, "--help"], timeout=120)
+    helps = side_by_side(*(partial(run, [sys.executable, REPO / "recipes" / script, "--help"], timeout=120)
+                           for script in HELP_FLAGS))  # fmt: skip
+    for (script, flags), proc in zip(HELP_FLAGS.items(), helps, strict=True):
         assert proc.returncode == 0, proc.stderr[-2000:]
         missing = [flag for flag in flags if not re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", proc.stdout)]
         assert not missing, f"{script} --help does not list {missing}"

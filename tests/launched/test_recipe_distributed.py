@@ -11,6 +11,7 @@ import json
 import math
 import shutil
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ from tests.helpers.launchers import (
     run,
     run_recipe,
     run_script,
+    side_by_side,
 )
 
 pytestmark = pytest.mark.distributed
@@ -145,8 +147,8 @@ def loss_curve(output_dir) -> list[tuple[int, float, float]]:
 
 def test_zero0_one_process_matches_plain_trainer(tmp_path):
     args = ["--max_steps", "15", "--logging_steps", "1", *SHORT_RUN]
-    run_checked(tmp_path / "zero0", "--ds_config", str(DS_CONFIGS / "zero0.json"), *args)
-    run_checked(tmp_path / "plain", *args)
+    side_by_side(partial(run_checked, tmp_path / "zero0", "--ds_config", str(DS_CONFIGS / "zero0.json"), *args),
+                 partial(run_checked, tmp_path / "plain", *args))  # fmt: skip
     assert throughput_setup(tmp_path / "zero0")["zero_stage"] == 0
     assert throughput_setup(tmp_path / "plain")["zero_stage"] is None
 

@@ -8,6 +8,9 @@ part-way, a NaN enters the forward pass.
 Schedule: 192 images / (2 processes x 16) = 6 steps per epoch; 14 steps; a checkpoint every 4 steps. The kill at
 step 11 falls in epoch 2 (steps 7-12), 3 steps after checkpoint-8: the resumed run must skip the 2 batches of
 epoch 2 it already trained on and train on the other 4.
+
+One uninterrupted ZeRO-2 run is the reference of every kill: the engines train on the same rows and log the same
+losses (tests/launched/test_fsdp.py holds each engine's loss at every step to plain DDP's within 1e-5).
 """
 
 import os
@@ -129,8 +132,7 @@ def test_zero2_sigkill_one_rank_then_resume_from_checkpoint(ref_zero2, tmp_path)
     assert_same_run(ref_zero2, out)
 
 
-def test_fsdp2_sigkill_one_rank_then_resume_from_sharded_checkpoint(tmp_path_factory, tmp_path):
-    reference = reference_run(tmp_path_factory, "ref_fsdp2", *FSDP2_SHARDED)
+def test_fsdp2_sigkill_one_rank_then_resume_from_sharded_checkpoint(ref_zero2, tmp_path):
     out = tmp_path / "run"
     kill = {FAULTS: f"sigkill@{KILL_AT}:rank1"}
     killed = run_recipe(out, *FSDP2_SHARDED, *SCHEDULE, launcher="torchrun", nproc=2, check=False, **kill)
@@ -145,13 +147,12 @@ def test_fsdp2_sigkill_one_rank_then_resume_from_sharded_checkpoint(tmp_path_fac
         out, *FSDP2_SHARDED, *SCHEDULE, "--resume_from_checkpoint", "latest", launcher="torchrun", nproc=2
     )
     assert f"resuming from {out / 'checkpoint-8'}" in resumed.stdout
-    assert_same_run(reference, out)
+    assert_same_run(ref_zero2, out)
     # Every logged loss after the resume point equals the uninterrupted run's, not only the last one.
-    assert logged_losses(out)[-(STEPS - 8) :] == pytest.approx(logged_losses(reference)[-(STEPS - 8) :], rel=1e-5)
+    assert logged_losses(out)[-(STEPS - 8) :] == pytest.approx(logged_losses(ref_zero2)[-(STEPS - 8) :], rel=2e-5)
 
 
-def test_zero3_torchrun_restarts_killed_job_from_latest_checkpoint(tmp_path_factory, tmp_path):
-    reference = reference_run(tmp_path_factory, "ref_zero3", *ZERO3)
+def test_zero3_torchrun_restarts_killed_job_from_latest_checkpoint(ref_zero2, tmp_path):
     out = tmp_path / "run"
     cmd = [
         BIN / "torchrun",
@@ -176,7 +177,7 @@ def test_zero3_torchrun_restarts_killed_job_from_latest_checkpoint(tmp_path_fact
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "starting fresh" in proc.stdout  # first attempt: nothing to resume
     assert f"resuming from {out / 'checkpoint-8'}" in proc.stdout  # the restart, without a human
-    assert_same_run(reference, out)
+    assert_same_run(ref_zero2, out)
 
 
 # ZeRO 1-3 and both offloads resumed 2 -> 1 through the universal checkpoint, every step's loss and the weights
