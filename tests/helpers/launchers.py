@@ -130,11 +130,11 @@ def run(cmd: list, timeout: int = 600, cwd=None, **env) -> subprocess.CompletedP
     )
 
 
-def side_by_side(*calls):
-    """Call each of `calls` (functions of no argument that start one single-process run and wait for it) at the same
+def side_by_side(*calls, at_once: int = 2):
+    """Call `calls` (functions of no argument that start one single-process run and wait for it) `at_once` at a
     time, and return their results in order. Two one-thread runs use the 2 cores a sequence of them leaves half idle;
     the first failure is raised after all have ended."""
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+    with ThreadPoolExecutor(max_workers=at_once) as pool:
         futures = [pool.submit(call) for call in calls]
         return [future.result() for future in futures]
 

@@ -18,6 +18,7 @@ A failure names the engine, the check and the first differing step or tensor.
 """
 
 import shutil
+from functools import partial
 
 import pytest
 import torch
@@ -27,7 +28,7 @@ from transformers import ViTConfig, ViTForImageClassification
 
 from hf_vit_scaling.models.presets import load_model_for_finetuning
 from tests.helpers.engine_runs import CHECK_EVERY, ENGINE_STEPS, ENGINES
-from tests.helpers.launchers import RECIPE, TINY_ARGS, launcher_cmd, read_json, run
+from tests.helpers.launchers import RECIPE, TINY_ARGS, launcher_cmd, read_json, run, side_by_side
 
 pytestmark = pytest.mark.distributed
 
@@ -87,30 +88,40 @@ def first_difference(expected: dict, got: dict, rtol: float, atol: float) -> str
     return None
 
 
+# The resumed runs on one process (the matrix's and ZeRO-3's expected failure): made together, two at a time.
+ONE_PROCESS_RESUMES = [(engine, True) for engine in MATRIX if resumes_on_one_process(engine)] + [("zero3", True)]
+
+
 @pytest.fixture(scope="module")
 def resumed_runs(engine_runs, tmp_path_factory):
-    """`resumed_runs[engine]` -> output folder of the engine's resumed run (see the module's docstring), made on
-    first use."""
+    """`resumed_runs(engine)` -> (output folder, process) of the engine's resumed run (see the module's docstring),
+    made on first use; the first one-process run asked for starts every one-process run, two side by side."""
     done = {}
+
+    def command(engine: str, one: bool) -> list:
+        reference, _, _ = engine_runs[engine]
+        out = tmp_path_factory.mktemp(f"resumed_{engine}_{'one' if one else 'two'}")
+        shutil.copytree(reference / f"checkpoint-{RESUME_AT}", out / f"checkpoint-{RESUME_AT}")
+        launcher, engine_args = ENGINES[engine]
+        return [
+            *launcher_cmd("python" if one else launcher, 1 if one else 2), RECIPE, "--output_dir", out,
+            *TINY_ARGS, *engine_args,
+            "--per_device_train_batch_size", "16" if one else "8", "--gradient_accumulation_steps", "2",
+            "--max_steps", str(ENGINE_STEPS), "--logging_steps", "1", "--random_resized_crop", "false",
+            "--eval_strategy", "steps", "--eval_steps", str(CHECK_EVERY), "--max_eval_samples", "64",
+            "--save_strategy", "steps", "--save_steps", str(CHECK_EVERY), "--load_best_model_at_end", "true",
+            "--metric_for_best_model", "loss", "--greater_is_better", BEST_IS_HIGHER,
+            "--resume_from_checkpoint", out / f"checkpoint-{RESUME_AT}",
+        ]  # fmt: skip
 
     def get(engine: str, one: bool | None = None):
         one = resumes_on_one_process(engine) if one is None else one
         if (engine, one) not in done:
-            reference, _, _ = engine_runs[engine]
-            out = tmp_path_factory.mktemp(f"resumed_{engine}_{'one' if one else 'two'}")
-            shutil.copytree(reference / f"checkpoint-{RESUME_AT}", out / f"checkpoint-{RESUME_AT}")
-            launcher, engine_args = ENGINES[engine]
-            cmd = [
-                *launcher_cmd("python" if one else launcher, 1 if one else 2), RECIPE, "--output_dir", out,
-                *TINY_ARGS, *engine_args,
-                "--per_device_train_batch_size", "16" if one else "8", "--gradient_accumulation_steps", "2",
-                "--max_steps", str(ENGINE_STEPS), "--logging_steps", "1", "--random_resized_crop", "false",
-                "--eval_strategy", "steps", "--eval_steps", str(CHECK_EVERY), "--max_eval_samples", "64",
-                "--save_strategy", "steps", "--save_steps", str(CHECK_EVERY), "--load_best_model_at_end", "true",
-                "--metric_for_best_model", "loss", "--greater_is_better", BEST_IS_HIGHER,
-                "--resume_from_checkpoint", out / f"checkpoint-{RESUME_AT}",
-            ]  # fmt: skip
-            done[engine, one] = (out, run(cmd))
+            keys = [key for key in ONE_PROCESS_RESUMES if key not in done] if one else [(engine, one)]
+            commands = {key: command(*key) for key in keys}  # the references (2-process runs) first, one by one
+            procs = side_by_side(*(partial(run, cmd) for cmd in commands.values()))
+            done.update({key: (cmd[cmd.index("--output_dir") + 1], proc)
+                         for (key, cmd), proc in zip(commands.items(), procs, strict=True)})  # fmt: skip
         out, proc = done[engine, one]
         assert proc.returncode == 0, f"{engine}: the resumed run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
         return out, proc
