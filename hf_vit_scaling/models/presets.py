@@ -161,6 +161,10 @@ def _from_config(config):
         from transformers import ViTMAEForPreTraining
 
         model = ViTMAEForPreTraining._from_config(config, attn_implementation=config._attn_implementation)
+        from transformers.integrations import is_deepspeed_zero3_enabled
+
+        if not is_deepspeed_zero3_enabled():  # under ZeRO-3 the host-built model's weights are copied in whole
+            _start_mae_embeddings(model)
         # Its loss is a mean over the micro-batch's masked patches, not a sum to normalise by a count of label
         # items: the Trainer must not pass `num_items_in_batch` (the forward's **kwargs would take it).
         model.accepts_loss_kwargs = False
@@ -168,6 +172,31 @@ def _from_config(config):
     if is_cnn(config):  # convolutions: no attention kernel to choose
         return AutoModelForImageClassification.from_config(config)
     return AutoModelForImageClassification.from_config(config, attn_implementation=config._attn_implementation)
+
+
+def mae_sincos_table(grid: int, dim: int) -> torch.Tensor:
+    """MAE's fixed position table (1, 1 + grid², dim): a zero row for the CLS token, then 2-D sine-cosine
+    embeddings of the patch grid, in the order MAE's released weights use (transformers' `ViTMAEEmbeddings`)."""
+    from transformers.models.vit_mae.modeling_vit_mae import build_2d_sinusoidal_position_embedding
+
+    table = build_2d_sinusoidal_position_embedding(height=grid, width=grid, embed_dim=dim, cls_token=True)
+    half = table.shape[-1] // 2  # MAE's code swapped h and w: [sin_w|cos_w|sin_h|cos_h], which its weights keep
+    return torch.cat([table[..., half:], table[..., :half]], dim=-1).reshape(1, -1, dim)
+
+
+def _start_mae_embeddings(model) -> None:
+    """MAE's starting embeddings (facebookresearch/mae models_mae.py `initialize_weights`): fixed 2-D sine-cosine
+    position tables in the encoder and the decoder, CLS and mask tokens from N(0, 0.02²). transformers 5.x leaves all
+    four at zero (its decoder init zeroes the table; the encoder's is skipped once the patch projection is marked
+    initialised): with every position and the mask token alike, the decoder cannot tell which patch to rebuild and
+    predicts the mean (measured: loss flat at 0.79 on Fashion-MNIST for 1,000 steps, k-NN accuracy 0.36)."""
+    embeddings, decoder = model.vit.embeddings, model.decoder
+    grid = int(embeddings.patch_embeddings.num_patches**0.5)
+    with torch.no_grad():
+        embeddings.position_embeddings.copy_(mae_sincos_table(grid, embeddings.position_embeddings.shape[-1]))
+        decoder.decoder_pos_embed.copy_(mae_sincos_table(grid, decoder.decoder_pos_embed.shape[-1]))
+        torch.nn.init.normal_(embeddings.cls_token, std=model.config.initializer_range)
+        torch.nn.init.normal_(decoder.mask_token, std=model.config.initializer_range)
 
 
 def build_model_from_preset(config: ViTConfig) -> ViTForImageClassification:

@@ -25,6 +25,7 @@ from hf_vit_scaling.models.presets import (
     build_model_from_preset,
     image_processor_for,
     load_model_for_finetuning,
+    mae_sincos_table,
     preset_config,
 )
 
@@ -161,3 +162,31 @@ def test_pretraining_summary_names_the_run(tmp_path):
         "norm_pix_loss": True, "steps": 300, "dataset": "digits", "knn_accuracy": 0.5}))  # fmt: skip
     assert pretraining_summary(str(tmp_path)) == (f"MAE {tmp_path} (vit-tiny-cpu, mask ratio 0.75, norm_pix_loss "
                                                   "True, 300 steps on digits, k-NN accuracy 0.5000)")  # fmt: skip
+
+
+def test_a_new_mae_starts_from_sincos_positions_and_drawn_tokens():
+    """MAE's start (facebookresearch/mae `initialize_weights`): fixed 2-D sine-cosine position tables in encoder and
+    decoder, CLS and mask tokens drawn from N(0, 0.02²). transformers 5.x left all four at zero, so every masked
+    patch reached the decoder as the same token and got the same prediction: the loss stayed at the mean's."""
+    torch.manual_seed(0)
+    config = ViTMAEConfig(image_size=16, patch_size=4, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                          intermediate_size=32, decoder_hidden_size=8, decoder_num_hidden_layers=1,
+                          decoder_num_attention_heads=2, decoder_intermediate_size=16)  # fmt: skip
+    model = build_model_from_preset(config)
+    embeddings, decoder = model.vit.embeddings, model.decoder
+    torch.testing.assert_close(embeddings.position_embeddings, mae_sincos_table(4, 16))
+    torch.testing.assert_close(decoder.decoder_pos_embed, mae_sincos_table(4, 8))
+    assert not embeddings.position_embeddings.requires_grad and not decoder.decoder_pos_embed.requires_grad
+    # The table: a zero CLS row, then for patch (h, w) [sin w | cos w | sin h | cos h] (MAE's released layout).
+    table = mae_sincos_table(4, 8)[0]
+    assert torch.equal(table[0], torch.zeros(8))
+    assert table[1 + 4 * 2 + 3, 0] == pytest.approx(torch.sin(torch.tensor(3.0)).item())  # row 2, column 3
+    assert table[1 + 4 * 2 + 3, 4] == pytest.approx(torch.sin(torch.tensor(2.0)).item())
+    for token in (embeddings.cls_token, decoder.mask_token):
+        assert 0.01 < token.std().item() < 0.04
+    # Behaviour: masked patches of one flat image get different predictions (their positions differ).
+    model.eval()
+    with torch.no_grad():
+        out = model(pixel_values=torch.zeros(1, 3, 16, 16), noise=torch.arange(16.0).unsqueeze(0))
+    masked = out.logits[0][out.mask[0].bool()]
+    assert len(masked) == 12 and torch.cdist(masked, masked).fill_diagonal_(1).min() > 1e-4
