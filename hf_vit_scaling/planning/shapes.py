@@ -94,6 +94,16 @@ PERSISTENCE_THRESHOLD_FACTOR = 10
 # --------------------------------------------------------------------------- model shape and parameter counts
 
 
+def transformer_layer_sizes(prefix: str, width: int, intermediate: int) -> dict[str, list[int]]:
+    """One pre-norm transformer block's tensors, {name: [weight, bias] element counts}: q/k/v/o projections
+    width x width, two LayerNorms, MLP width -> intermediate -> width (ViT-B/16: 7,087,872 per block)."""
+    w, i = width, intermediate
+    sizes = {f"{prefix}.{proj}": [w * w, w] for proj in ("q_proj", "k_proj", "v_proj", "o_proj")}
+    sizes |= {f"{prefix}.layernorm_before": [w, w], f"{prefix}.layernorm_after": [w, w]}
+    sizes |= {f"{prefix}.fc1": [w * i, i], f"{prefix}.fc2": [i * w, w]}
+    return sizes
+
+
 @dataclass(frozen=True)
 class VitShape:
     """The numbers of a Hugging Face `ViTForImageClassification` the planner needs (ViTConfig's attribute names,
@@ -128,12 +138,7 @@ class VitShape:
             "patch_embeddings": [c * p * p * h, h],  # Conv2d weight, bias
         }
         for i in range(self.num_hidden_layers):
-            for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
-                groups[f"layer{i}.{proj}"] = [h * h, h]
-            groups[f"layer{i}.layernorm_before"] = [h, h]
-            groups[f"layer{i}.layernorm_after"] = [h, h]
-            groups[f"layer{i}.fc1"] = [h * inter, inter]
-            groups[f"layer{i}.fc2"] = [inter * h, h]
+            groups.update(transformer_layer_sizes(f"layer{i}", h, inter))
         groups["layernorm"] = [h, h]
         groups["classifier"] = [h * n, n]
         return groups
@@ -202,12 +207,7 @@ class MaeShape(VitShape):
         d, i, pixels = self.decoder_hidden_size, self.decoder_intermediate_size, self.num_channels * self.patch_size**2
         groups["decoder_embeddings"] = [self.hidden_size * d, d, d, self.tokens * d]  # embed, mask token, positions
         for n in range(self.decoder_num_hidden_layers):
-            for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
-                groups[f"decoder{n}.{proj}"] = [d * d, d]
-            groups[f"decoder{n}.layernorm_before"] = [d, d]
-            groups[f"decoder{n}.layernorm_after"] = [d, d]
-            groups[f"decoder{n}.fc1"] = [d * i, i]
-            groups[f"decoder{n}.fc2"] = [i * d, d]
+            groups.update(transformer_layer_sizes(f"decoder{n}", d, i))
         groups["decoder_norm"] = [d, d]
         groups["decoder_pred"] = [d * pixels, pixels]
         return groups
