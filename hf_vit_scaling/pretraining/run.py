@@ -98,7 +98,7 @@ def knn_split(args, data, inputs: TrainerInputs, size: int, mean, std) -> tuple:
 
 def prepare_mae_inputs(args, world: World, data, model, processor, model_desc: str) -> MaeInputs:
     """`prepare_inputs` for a model without labels, and the k-NN probe (see the module docstring)."""
-    inputs = prepare_inputs(args, world, data, model, processor, model_desc)
+    inputs = prepare_inputs(args, world, data, model, processor, model_desc, classifier=False)
     size, mean, std = as_pair(model.config.image_size)[0], processor.image_mean, processor.image_std
     split, bank, queries, collate = knn_split(args, data, inputs, size, mean, std)
     if not bank or not queries:
@@ -112,7 +112,7 @@ def prepare_mae_inputs(args, world: World, data, model, processor, model_desc: s
         logger.info(f"k-NN evaluation: {len(bank)} labelled bank images, {len(queries)} queries, k {mae.knn_k}, "
                     f"{mae.knn_features} features, unmasked; {when}.")  # fmt: skip
     fields = {f.name: getattr(inputs, f.name) for f in dataclasses.fields(TrainerInputs)}
-    fields.update(collate=WithoutLabels(inputs.collate), compute_metrics=None, model_card=None, knn=knn)
+    fields.update(collate=WithoutLabels(inputs.collate), knn=knn)
     return MaeInputs(**fields)
 
 

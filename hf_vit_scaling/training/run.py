@@ -74,8 +74,8 @@ class TrainerInputs:
 
     splits: dict
     collate: object
-    compute_metrics: object
-    model_card: dict
+    compute_metrics: object | None  # None when the model is not a classifier (MAE pretraining)
+    model_card: dict | None
     rank_batches: list[int] | None
     compute_loss_func: object | None = None  # soft-target loss with Mixup/CutMix/label smoothing, or distillation
     ema: object | None = None  # EMACallback: the weights' moving average, continued from a resumed checkpoint
@@ -197,9 +197,11 @@ def attach_input_transforms(
     return *build(data, input_path), input_path
 
 
-def prepare_inputs(args, world: World, data, model, processor, model_desc: str) -> TrainerInputs:
+def prepare_inputs(args, world: World, data, model, processor, model_desc: str,
+                   classifier: bool = True) -> TrainerInputs:  # fmt: skip
     """Transforms for the chosen input path, the model's hooks in their order, per-rank batches, the loss, metrics,
-    EMA and the model card's facts."""
+    EMA and the model card's facts. `classifier=False` (MAE pretraining): no classification metrics (their
+    `evaluate` modules are not loaded) and no card facts."""
     size, mean, std = as_pair(model.config.image_size)[0], processor.image_mean, processor.image_std
     reg = args.regularization
     smoothing = args.training.label_smoothing_factor  # applied by the augmenter's loss, before mixing
@@ -226,11 +228,12 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str) 
                        augmenter if augmenter.active else None, eval_crop, reg.drop_path_rate,
                        distillation)  # fmt: skip
     rank_batches = balanced_rank_batches(args.cluster.balance_batches, model, splits["train"], collate, args.training)
-    card = model_card_facts(args, world, data, model, model_desc)
+    card = model_card_facts(args, world, data, model, model_desc) if classifier else None
     if distillation is not None:
         card["setup"] |= teacher_card_rows(args.distillation)
     ema = EMACallback(reg.ema_decay, world.resume_from) if reg.ema_decay else None
-    metrics = make_module_compute_metrics(data.label_names)  # top-1, top-5, macro F1; per-class kept aside
+    # top-1, top-5, macro F1; per-class kept aside
+    metrics = make_module_compute_metrics(data.label_names) if classifier else None
     teacher_config = distillation.teacher.model.config if distillation is not None else None
     return TrainerInputs(splits, collate, metrics, card, rank_batches, loss, ema, teacher_config, input_path)
 
