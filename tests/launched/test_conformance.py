@@ -98,12 +98,13 @@ def resumed_runs(engine_runs, tmp_path_factory):
     made on first use; the first one-process run asked for starts every one-process run, two side by side."""
     done = {}
 
-    def command(engine: str, one: bool) -> list:
+    def command(engine: str, one: bool) -> tuple:
+        """(output folder, command) of the engine's resumed run."""
         reference, _, _ = engine_runs[engine]
         out = tmp_path_factory.mktemp(f"resumed_{engine}_{'one' if one else 'two'}")
         shutil.copytree(reference / f"checkpoint-{RESUME_AT}", out / f"checkpoint-{RESUME_AT}")
         launcher, engine_args = ENGINES[engine]
-        return [
+        return out, [
             *launcher_cmd("python" if one else launcher, 1 if one else 2), RECIPE, "--output_dir", out,
             *TINY_ARGS, *engine_args,
             "--per_device_train_batch_size", "16" if one else "8", "--gradient_accumulation_steps", "2",
@@ -119,9 +120,9 @@ def resumed_runs(engine_runs, tmp_path_factory):
         if (engine, one) not in done:
             keys = [key for key in ONE_PROCESS_RESUMES if key not in done] if one else [(engine, one)]
             commands = {key: command(*key) for key in keys}  # the references (2-process runs) first, one by one
-            procs = side_by_side(*(partial(run, cmd) for cmd in commands.values()))
-            done.update({key: (cmd[cmd.index("--output_dir") + 1], proc)
-                         for (key, cmd), proc in zip(commands.items(), procs, strict=True)})  # fmt: skip
+            procs = side_by_side(*(partial(run, cmd) for _, cmd in commands.values()))
+            for (key, (out, _)), proc in zip(commands.items(), procs, strict=True):
+                done[key] = (out, proc)
         out, proc = done[engine, one]
         assert proc.returncode == 0, f"{engine}: the resumed run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
         return out, proc
