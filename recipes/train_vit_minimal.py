@@ -24,6 +24,7 @@ from hf_vit_scaling import (
     collate_image_batch,
     load_image_classification_data,
     make_compute_metrics,
+    shutdown_distributed,
 )
 
 
@@ -54,6 +55,9 @@ def main(argv=None) -> int:
     metrics = trainer.evaluate()
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)
+    # Last: gloo's worker threads must be done with every collective before the interpreter tears down, or a
+    # rank can abort after the run finished ("terminate called without an active exception"; docs/reliability.md).
+    shutdown_distributed()
     return 0
 
 
