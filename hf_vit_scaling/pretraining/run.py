@@ -74,20 +74,29 @@ class MaeInputs(TrainerInputs):
     knn: KnnProbe | None = None
 
 
+def spread_rows(total: int, count: int) -> list[int]:
+    """`count` row indices evenly spaced over `total` rows (all of them when count >= total): row i * total // count.
+    Not the first rows: an image-folder split is sorted by class folder (Br35H's 2,100 training images: 1,049 "no",
+    then 1,051 "yes"), so its first 1,000 hold one class and a k-NN vote over them always answers that class."""
+    count = min(count, total)
+    return [i * total // count for i in range(count)]
+
+
 def knn_split(args, data, inputs: TrainerInputs, size: int, mean, std) -> tuple:
-    """(split with evaluation transforms, bank rows, query rows, collate): the first --knn_train_samples training
-    images and the first --knn_eval_samples validation images, with their labels, through the run's input path.
-    A streamed training split is read once per pass, never indexed: its bank is the validation images after the
-    queries (the validation split, in memory, is split in two)."""
+    """(split with evaluation transforms, bank rows, query rows, collate): --knn_train_samples training images
+    and --knn_eval_samples validation images, evenly spaced through each split (`spread_rows`), with their labels,
+    through the run's input path. A streamed training split is read once per pass, never indexed: its bank is the
+    validation images that are not queries (the validation split, in memory, is split in two)."""
     mae = args.mae
     if is_streaming(data):
         split = inputs.splits["validation"]
-        queries = list(range(min(mae.knn_eval_samples, len(split))))
-        bank = list(range(len(queries), min(len(queries) + mae.knn_train_samples, len(split))))
+        queries = spread_rows(len(split), mae.knn_eval_samples)
+        rest = sorted(set(range(len(split))) - set(queries))
+        bank = [rest[i] for i in spread_rows(len(rest), mae.knn_train_samples)]
         return split, bank, queries, inputs.collate
     train, validation = data.splits["train"], data.splits["validation"]
-    bank = train.select(range(min(mae.knn_train_samples, len(train))))
-    queries = validation.select(range(min(mae.knn_eval_samples, len(validation))))
+    bank = train.select(spread_rows(len(train), mae.knn_train_samples))
+    queries = validation.select(spread_rows(len(validation), mae.knn_eval_samples))
     both = concatenate_datasets([bank.with_format(None), queries.with_format(None)])
     probe_data = dataclasses.replace(data, splits=DatasetDict(train=both.select([0]), validation=both))
     splits, collate, _ = build_input_transforms(probe_data, inputs.input_path, size, mean, std, args.data,
@@ -117,11 +126,11 @@ def prepare_mae_inputs(args, world: World, data, model, processor, model_desc: s
 
 
 def save_picture(trainer, inputs: MaeInputs, count: int) -> str | None:
-    """The reconstruction picture of the first `count` query (validation) images (every rank runs the forward; the
-    main process writes it)."""
+    """The reconstruction picture of `count` query (validation) images, evenly spaced through them (every rank runs
+    the forward; the main process writes it)."""
     if inputs.knn is None or not count:
         return None
-    rows = inputs.knn.query_rows[:count]
+    rows = [inputs.knn.query_rows[i] for i in spread_rows(len(inputs.knn.query_rows), count)]
     batch = inputs.knn.collate([inputs.knn.split[row] for row in rows])
     pixels = trainer._prepare_inputs({"pixel_values": batch["pixel_values"]})["pixel_values"]
     images = reconstruction.reconstruct(trainer.model, pixels, seed=trainer.args.seed)
