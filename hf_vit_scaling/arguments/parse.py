@@ -69,7 +69,12 @@ ALL_ARGUMENT_CLASSES = (
 )
 
 FLOAT_FLAGS = float_fields(*ALL_ARGUMENT_CLASSES)
-HELP_FIX = "python recipes/train_vit.py --help lists every flag"
+
+
+def help_fix(parser: HfArgumentParser) -> str:
+    """Where the flags are listed: the recipe whose argument groups `parser` holds (MAE's group: pretrain_mae.py)."""
+    mae = any(group.__name__ == "MaeArguments" for group in parser.dataclass_types)
+    return f"python recipes/{'pretrain_mae.py' if mae else 'train_vit.py'} --help lists every flag"
 
 
 def check_values(values: dict) -> None:
@@ -88,24 +93,24 @@ class _CheckingParser(HfArgumentParser):
         return namespace, remaining
 
 
-def _build(parse, *args, **kwargs) -> tuple:
-    """The dataclasses from `parse` (the parser's parse_dict or parse_args_into_dataclasses); a bare ValueError from
+def _build(parser: HfArgumentParser, method: str, *args, **kwargs) -> tuple:
+    """The dataclasses from the parser's `method` (parse_dict or parse_args_into_dataclasses); a bare ValueError from
     building them (TrainingArguments' own checks) becomes a UserInputError, on one line."""
     try:
-        return parse(*args, **kwargs)
+        return getattr(parser, method)(*args, **kwargs)
     except UserInputError:
         raise
     except ValueError as err:
         message = " ".join(str(err).split()).rstrip(".")  # one line
-        raise UserInputError(f"{message} (TrainingArguments). Fix: correct that flag ({HELP_FIX}).") from err
+        raise UserInputError(f"{message} (TrainingArguments). Fix: correct that flag ({help_fix(parser)}).") from err
 
 
-def _refuse_unknown(given: list[str], where: str = "") -> None:
+def _refuse_unknown(parser: HfArgumentParser, given: list[str], where: str = "") -> None:
     if given:
         names = ", ".join(given)
         raise UserInputError(
             f"{where}{names} {'is not a flag' if len(given) == 1 else 'are not flags'} of this recipe. Fix: remove "
-            f"or rename {'it' if len(given) == 1 else 'them'} ({HELP_FIX})."
+            f"or rename {'it' if len(given) == 1 else 'them'} ({help_fix(parser)})."
         )
 
 
@@ -175,10 +180,10 @@ def _parse_args_file(parser: HfArgumentParser, path: str, overrides: list[str]) 
         check_fsdp_config_file(_option_value(overrides, "--fsdp_config") or values.get("fsdp_config"))
     # Without an accelerator, accelerate only sets up a multi-process (gloo) world when told it runs on CPU.
     values.setdefault("use_cpu", not has_accelerator())
-    _refuse_unknown(sorted(set(values) - {action.dest for action in parser._actions}), where=f"{path}: ")
+    _refuse_unknown(parser, sorted(set(values) - {action.dest for action in parser._actions}), where=f"{path}: ")
     if not overrides:
         check_values(values)
-        return _build(parser.parse_dict, values)
+        return _build(parser, "parse_dict", values)
     parser.set_defaults(**values)  # every action of a flag (a bool's --no_<flag> too) takes the file's value
     for action in parser._actions:
         action.required = action.required and action.dest not in values
@@ -186,8 +191,8 @@ def _parse_args_file(parser: HfArgumentParser, path: str, overrides: list[str]) 
 
 
 def _parse_flags(parser: HfArgumentParser, argv: list[str]) -> tuple:
-    *groups, remaining = _build(parser.parse_args_into_dataclasses, argv, return_remaining_strings=True)
-    _refuse_unknown([arg for arg in remaining if arg.startswith("-")] or remaining)
+    *groups, remaining = _build(parser, "parse_args_into_dataclasses", argv, return_remaining_strings=True)
+    _refuse_unknown(parser, [arg for arg in remaining if arg.startswith("-")] or remaining)
     return tuple(groups)
 
 

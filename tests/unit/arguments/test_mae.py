@@ -32,6 +32,11 @@ def test_defaults_are_the_papers_and_the_decoder_is_the_presets(tmp_path):
     assert parse(tmp_path, mae=False).mae is None  # train_vit.py has none of these flags
     with pytest.raises(UserInputError, match="--mask_ratio is not a flag of this recipe"):
         parse(tmp_path, "--mask_ratio", "0.5", mae=False)
+    # Each recipe's refusal points at its own --help (pretrain_mae.py has flags train_vit.py lacks).
+    with pytest.raises(UserInputError, match=r"python recipes/train_vit\.py --help"):
+        parse(tmp_path, "--mask_ratio", "0.5", mae=False)
+    with pytest.raises(UserInputError, match=r"python recipes/pretrain_mae\.py --help"):
+        parse(tmp_path, "--no_such_flag", "1", mae=True)
 
 
 @pytest.mark.parametrize(
