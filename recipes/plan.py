@@ -27,6 +27,7 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
+from hf_vit_scaling.arguments.distillation import check_teacher_folder
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.models.flops import lookup_peak_tflops, train_flops_per_image
 from hf_vit_scaling.models.mae import DECODER_FIELDS, DECODER_PRESETS
@@ -270,14 +271,7 @@ def teacher_from(args: PlanArguments, image_size: int) -> TeacherShape | None:
     if name in ALL_PRESETS:
         config = preset_config(name, [str(i) for i in range(args.num_labels)])
     elif os.path.isfile(os.path.join(name, "config.json")):
-        from transformers import AutoConfig
-
-        try:
-            config = AutoConfig.from_pretrained(name)
-        except (OSError, ValueError, KeyError) as err:
-            reason = " ".join(str(err).split())[:200]
-            raise UserInputError(f"--teacher_model {name!r} could not be read ({reason}). Fix: pass a folder saved "
-                                 "by save_pretrained, or a preset name.") from None  # fmt: skip
+        config = check_teacher_folder(name)  # the recipe's own check: a readable classifier config, or one error
     else:
         raise UserInputError(
             f"--teacher_model {name!r} is neither a folder with a config.json nor a preset. Fix: pass a saved "

@@ -7,7 +7,7 @@ loads (`check_teacher_labels`), all before training starts.
 
 from dataclasses import dataclass, field
 
-from transformers import AutoConfig
+from transformers import AutoConfig, PretrainedConfig
 
 from hf_vit_scaling.arguments.field_checks import require_folder
 from hf_vit_scaling.errors import UserInputError
@@ -96,8 +96,9 @@ class DistillationArguments:
         return self.distillation_type in ("soft", "hard")
 
 
-def check_teacher_folder(path: str) -> None:
-    """A folder whose config transformers can read, as an image classifier's (its weights are read later)."""
+def check_teacher_folder(path: str) -> PretrainedConfig:
+    """A folder whose config transformers can read, as an image classifier's (its weights are read later): its
+    config, or one error line."""
     require_folder("teacher_model", path, TEACHER_FIX)
     try:
         config = AutoConfig.from_pretrained(path)
@@ -106,6 +107,7 @@ def check_teacher_folder(path: str) -> None:
         raise UserInputError(f"--teacher_model {path!r} could not be read ({reason}). Fix: {TEACHER_FIX}") from None
     if not getattr(config, "id2label", None):
         raise UserInputError(f"--teacher_model {path!r} names no classes (config.id2label). Fix: {TEACHER_FIX}")
+    return config
 
 
 def check_teacher_labels(teacher_labels: list[str], data_labels: list[str], path: str) -> None:
