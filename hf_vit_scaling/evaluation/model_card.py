@@ -95,6 +95,7 @@ def speed_section(report: dict | None) -> str:
 # What recipes/train_vit.py leaves beside a model it trained (`Trainer.save_metrics`): eval_results.json, and
 # all_results.json with the train metrics merged in. Read in this order.
 RESULT_FILES = ("eval_results.json", "all_results.json")
+CARD_FACTS_FILENAME = "model_card.json"
 
 
 def recorded_accuracy(folder: str) -> tuple[float, int | None, str] | None:
@@ -148,10 +149,34 @@ def render_model_card(info: dict, throughput: dict | None = None) -> str:
 
 
 def write_model_card(output_dir: str, info: dict) -> str:
-    """README.md in `output_dir`; with the speed table when the run's throughput report is there."""
+    """README.md in `output_dir`, with the speed table when the run's throughput report is there, and its facts as
+    model_card.json (`CARD_FACTS_FILENAME`), for tools that write another card later (the medical evaluation)."""
     report_path = os.path.join(output_dir, REPORT_FILENAME)
     throughput = load_throughput_report(report_path) if os.path.isfile(report_path) else None
     path = os.path.join(output_dir, "README.md")
     with open(path, "w", encoding="utf-8") as f:
         f.write(render_model_card(info, throughput))
+    with open(os.path.join(output_dir, CARD_FACTS_FILENAME), "w", encoding="utf-8") as f:
+        json.dump(info, f, indent=2, default=str)
     return path
+
+
+def load_card_facts(model_dir: str) -> dict | None:
+    """The facts the recipe wrote beside its card (model_card.json), or None for a folder without them."""
+    path = os.path.join(model_dir, CARD_FACTS_FILENAME)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def training_summary(facts: dict | None) -> str:
+    """How the weights came to be, from the recipe's card facts: its model description (a preset trained from
+    scratch, or the checkpoint fine-tuned from, named by its MAE pretraining when it was one), and the teacher."""
+    if facts is None:
+        return "training not recorded (no model_card.json beside the model)"
+    setup = facts.get("setup", {})
+    text = f"fine-tuned from {setup['pretraining']}" if setup.get("pretraining") else facts.get("model_desc", "?")
+    if setup.get("teacher"):
+        text += f", distilled from {setup['teacher']} (teacher accuracy {setup.get('teacher accuracy')})"
+    return text

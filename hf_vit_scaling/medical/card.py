@@ -12,6 +12,7 @@ import os
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from hf_vit_scaling.medical.splits import SPLIT_NAMES
+from hf_vit_scaling.models.flops import has_patches
 
 NOT_FOR_CLINICAL_USE = "Not for clinical use"
 REQUIRED_SECTIONS = (
@@ -37,7 +38,7 @@ BODY = """
 > **{not_for_clinical_use}.** A demonstration of a training recipe. It has not been validated clinically,
 > is not a medical device, and must not inform any diagnosis or treatment.
 
-A Vision Transformer ({model_desc}) that classifies a brain MRI slice as showing a tumour (`{positive}`) or not,
+An image classifier ({model_desc}) that classifies a brain MRI slice as showing a tumour (`{positive}`) or not,
 trained with hf-vit-scaling `recipes/medical_brain_mri/` (Hugging Face Trainer + DeepSpeed).
 
 ## Intended use
@@ -89,7 +90,7 @@ Confusion matrix at the threshold (rows: true {negative}/{positive}; columns: pr
   intervals are wide and small differences between models are noise.
 - Single source, no patient ids: slices of one patient that are not near duplicates may still sit in different
   splits; no demographic, scanner or site information, so no subgroup analysis is possible.
-- Trained from scratch at low resolution: small lesions may be invisible at {image_size} px.
+- Trained at low resolution: small lesions may be invisible at {image_size} px.
 - Probabilities are calibrated only as the reliability diagram shows; the threshold fits this validation split only.
 
 ## How to use
@@ -195,6 +196,24 @@ def validate_medical_card(content: str) -> ModelCard:
     if problems:
         raise ValueError("medical model card lacks " + ", ".join(problems))
     return card
+
+
+def describe_architecture(config, parameters: int) -> str:
+    """The card's model line: "ViT, 4 layers, width 96, patch 16, 0.53 M parameters" (DeiT with a distillation
+    token: "DeiT, ..."), or for a CNN its model type and stage widths: "resnet, widths 32/64/128, 0.31 M
+    parameters"."""
+    size = f"{parameters / 1e6:.2f} M parameters"
+    if has_patches(config) and hasattr(config, "num_hidden_layers"):
+        kind = "DeiT" if config.model_type == "deit" else "ViT"
+        return (
+            f"{kind}, {config.num_hidden_layers} layers, width {config.hidden_size}, patch {config.patch_size}, {size}"
+        )
+    widths = getattr(config, "hidden_sizes", None)
+    return (
+        f"{config.model_type}, widths {'/'.join(map(str, widths))}, {size}"
+        if widths
+        else f"{config.model_type}, {size}"
+    )
 
 
 def write_medical_card(

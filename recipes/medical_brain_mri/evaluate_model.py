@@ -23,7 +23,8 @@ from transformers import AutoImageProcessor, AutoModelForImageClassification
 from hf_vit_scaling.data.decoding import decode_image
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.evaluation.classification_metrics import roc_auc, sensitivity_specificity, softmax
-from hf_vit_scaling.medical.card import write_medical_card
+from hf_vit_scaling.evaluation.model_card import load_card_facts, training_summary
+from hf_vit_scaling.medical.card import describe_architecture, write_medical_card
 from hf_vit_scaling.medical.plots import pyplot, save_reliability_diagram, save_roc_curve
 from hf_vit_scaling.medical.splits import read_split_file, split_folder_path
 from hf_vit_scaling.medical.statistics import BINARY_REPORT_METRICS, binary_report, choose_threshold
@@ -156,13 +157,11 @@ def main(argv=None) -> int:
     save_reliability_diagram(
         os.path.join(args.model_dir, "reliability_diagram.png"), test_labels, test_probs, title="Br35H test"
     )
-    config = model.config
+    # What the model is (ViT, DeiT or CNN) and how the recipe trained it (from scratch, fine-tuned from an MAE run,
+    # distilled from a teacher): its model_card.json, written beside the card this one replaces.
     params = sum(p.numel() for p in model.parameters())
-    model_desc = (
-        f"{config.num_hidden_layers} layers, width {config.hidden_size}, patch {config.patch_size}, "
-        f"{params / 1e6:.2f} M parameters, trained from scratch"
-    )
-    write_medical_card(args.model_dir, results, hygiene, model_desc, config.image_size)
+    model_desc = f"{describe_architecture(model.config, params)}; {training_summary(load_card_facts(args.model_dir))}"
+    write_medical_card(args.model_dir, results, hygiene, model_desc, model.config.image_size)
     m = report
     print(
         f"Test ({len(test_labels)} images, {len(set(test_groups))} groups; threshold {chosen['threshold']:.4f} "

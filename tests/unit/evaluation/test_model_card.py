@@ -1,9 +1,16 @@
 """The model card written beside the trained model: results and setup tables, the Hub `datasets` metadata only for
 Hub dataset ids, DeepSpeed named when it was used, and the path `pipeline(...)` loads from."""
 
+import json
+
 import pytest
 
-from hf_vit_scaling.evaluation.model_card import render_model_card, teacher_accuracy, write_model_card
+from hf_vit_scaling.evaluation.model_card import (
+    load_card_facts,
+    render_model_card,
+    teacher_accuracy,
+    write_model_card,
+)
 
 PLAIN_TRAINER = {"engine": "none (plain Trainer)", "ds_config": "none"}  # recipes/train_vit.py without --ds_config
 FSDP2 = {"engine": "FSDP2 (fully_shard per ViTLayer, parameters resharded after forward, FULL_STATE_DICT)",
@@ -87,6 +94,9 @@ def test_write_model_card_writes_readme(tmp_path):
     path = write_model_card(str(tmp_path), _info())
     assert path == str(tmp_path / "README.md")
     assert (tmp_path / "README.md").read_text(encoding="utf-8") == render_model_card(_info())
+    # The facts beside it, for a later card (the medical evaluation) that replaces this one.
+    assert load_card_facts(str(tmp_path)) == json.loads(json.dumps(_info(), default=str))
+    assert load_card_facts(str(tmp_path / "elsewhere")) is None
 
 
 def _throughput_report() -> dict:
