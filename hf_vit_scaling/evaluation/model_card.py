@@ -178,5 +178,5 @@ def training_summary(facts: dict | None) -> str:
     setup = facts.get("setup", {})
     text = f"fine-tuned from {setup['pretraining']}" if setup.get("pretraining") else facts.get("model_desc", "?")
     if setup.get("teacher"):
-        text += f", distilled from {setup['teacher']} (teacher accuracy {setup.get('teacher accuracy')})"
+        text += f", distilled from {setup['teacher']}, teacher accuracy {setup.get('teacher accuracy')}"
     return text

@@ -52,8 +52,8 @@ def saved_model(folder: Path, preset: str, facts: dict | None) -> Path:
             "pretraining": "MAE outputs/mae (vit-tiny-cpu, mask ratio 0.75)", "teacher": "outputs/cnn (hard)",
             "teacher accuracy": "0.9335 on 451 images (its eval_results.json)"}},
          "ViT, 4 layers, width 96, patch 8",
-         "fine-tuned from MAE outputs/mae (vit-tiny-cpu, mask ratio 0.75), distilled from outputs/cnn (hard) "
-         "(teacher accuracy 0.9335 on 451 images (its eval_results.json))"),
+         "fine-tuned from MAE outputs/mae (vit-tiny-cpu, mask ratio 0.75), distilled from outputs/cnn (hard), "
+         "teacher accuracy 0.9335 on 451 images (its eval_results.json)"),
     ],
     ids=["cnn-teacher", "mae-and-distilled-vit"],
 )  # fmt: skip
