@@ -4,6 +4,8 @@
 #   -> evaluate (threshold on validation, test metrics with bootstrap intervals, plots, medical model card).
 #
 #   bash recipes/medical_brain_mri/run.sh            # or: make medical
+#   TEACHER_CONFIG=recipes/medical_brain_mri/config_teacher.yaml CONFIG=recipes/medical_brain_mri/config_distil.yaml \
+#       bash recipes/medical_brain_mri/run.sh        # or: make medical-distil (CNN teacher first, then the student)
 #
 # Environment: PYTHON (default .venv/bin/python, else python3), NUM_PROCESSES (2), CONFIG (this folder's
 # config_vit_tiny.yaml: the recipe reads its flags from that one file, paths included; the data folder is its
@@ -15,6 +17,7 @@ HERE=recipes/medical_brain_mri
 PYTHON=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 NUM_PROCESSES=${NUM_PROCESSES:-2}
 CONFIG=${CONFIG:-$HERE/config_vit_tiny.yaml}
+TEACHER_CONFIG=${TEACHER_CONFIG:-}
 setting() { sed -n "s/^$1: *//p" "$CONFIG"; }
 DATA_DIR=$(dirname "$(setting train_dir)")
 OUTPUT_DIR=$(setting output_dir)
@@ -28,13 +31,25 @@ echo "== prepare ($DATA_DIR)"
 "$PYTHON" "$HERE/prepare.py" --output_dir "$DATA_DIR" --resize "$IMAGE_SIZE"
 prepared=$SECONDS
 
-echo "== train ($OUTPUT_DIR, $NUM_PROCESSES processes)"
 multi=$([ "$NUM_PROCESSES" -gt 1 ] && echo --multi_gpu || true)
-"$PYTHON" -m accelerate.commands.launch $multi --num_processes "$NUM_PROCESSES" --num_machines 1 \
-    --mixed_precision no --dynamo_backend no recipes/train_vit.py "$CONFIG"
+train() {
+    "$PYTHON" -m accelerate.commands.launch $multi --num_processes "$NUM_PROCESSES" --num_machines 1 \
+        --mixed_precision no --dynamo_backend no recipes/train_vit.py "$1"
+}
+if [ -n "$TEACHER_CONFIG" ]; then
+    TEACHER_DIR=$(sed -n "s/^output_dir: *//p" "$TEACHER_CONFIG")
+    echo "== teacher ($TEACHER_DIR, $NUM_PROCESSES processes)"
+    train "$TEACHER_CONFIG"
+    "$PYTHON" "$HERE/evaluate_model.py" --model_dir "$TEACHER_DIR" --data_dir "$DATA_DIR"
+fi
+taught=$SECONDS
+
+echo "== train ($OUTPUT_DIR, $NUM_PROCESSES processes)"
+train "$CONFIG"
 trained=$SECONDS
 
 echo "== evaluate"
 "$PYTHON" "$HERE/evaluate_model.py" --model_dir "$OUTPUT_DIR" --data_dir "$DATA_DIR"
-echo "Time: prepare $((prepared - start)) s, train $((trained - prepared)) s, evaluate $((SECONDS - trained)) s," \
+echo "Time: prepare $((prepared - start)) s, teacher $((taught - prepared)) s, train $((trained - taught)) s," \
+     "evaluate $((SECONDS - trained)) s," \
      "total $((SECONDS - start)) s"
