@@ -12,7 +12,7 @@ import os
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from hf_vit_scaling.medical.splits import SPLIT_NAMES
-from hf_vit_scaling.models.flops import has_patches
+from hf_vit_scaling.models.flops import has_vit_formula
 
 NOT_FOR_CLINICAL_USE = "Not for clinical use"
 REQUIRED_SECTIONS = (
@@ -200,20 +200,17 @@ def validate_medical_card(content: str) -> ModelCard:
 
 def describe_architecture(config, parameters: int) -> str:
     """The card's model line: "ViT, 4 layers, width 96, patch 16, 0.53 M parameters" (DeiT with a distillation
-    token: "DeiT, ..."), or for a CNN its model type and stage widths: "resnet, widths 32/64/128, 0.31 M
-    parameters"."""
+    token: "DeiT, ..."), or for anything else its model type, with a CNN's stage widths: "resnet, widths
+    32/64/128, 0.31 M parameters"."""
     size = f"{parameters / 1e6:.2f} M parameters"
-    if has_patches(config) and hasattr(config, "num_hidden_layers"):
+    if has_vit_formula(config):
         kind = "DeiT" if config.model_type == "deit" else "ViT"
         return (
             f"{kind}, {config.num_hidden_layers} layers, width {config.hidden_size}, patch {config.patch_size}, {size}"
         )
     widths = getattr(config, "hidden_sizes", None)
-    return (
-        f"{config.model_type}, widths {'/'.join(map(str, widths))}, {size}"
-        if widths
-        else f"{config.model_type}, {size}"
-    )
+    stages = f"widths {'/'.join(map(str, widths))}, " if widths else ""
+    return f"{config.model_type}, {stages}{size}"
 
 
 def write_medical_card(

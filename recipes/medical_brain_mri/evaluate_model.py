@@ -28,6 +28,7 @@ from hf_vit_scaling.medical.card import describe_architecture, write_medical_car
 from hf_vit_scaling.medical.plots import pyplot, save_reliability_diagram, save_roc_curve
 from hf_vit_scaling.medical.splits import read_split_file, split_folder_path
 from hf_vit_scaling.medical.statistics import BINARY_REPORT_METRICS, binary_report, choose_threshold
+from hf_vit_scaling.models.presets import count_parameters
 from hf_vit_scaling.training.checkpoints import write_json_atomically
 
 POSITIVE_LABEL = "yes"  # Br35H: tumour
@@ -159,7 +160,7 @@ def main(argv=None) -> int:
     )
     # What the model is (ViT, DeiT or CNN) and how the recipe trained it (from scratch, fine-tuned from an MAE run,
     # distilled from a teacher): its model_card.json, written beside the card this one replaces.
-    params = sum(p.numel() for p in model.parameters())
+    params = count_parameters(model)
     model_desc = f"{describe_architecture(model.config, params)}; {training_summary(load_card_facts(args.model_dir))}"
     write_medical_card(args.model_dir, results, hygiene, model_desc, model.config.image_size)
     m = report

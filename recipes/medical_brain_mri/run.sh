@@ -18,7 +18,7 @@ PYTHON=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo pyt
 NUM_PROCESSES=${NUM_PROCESSES:-2}
 CONFIG=${CONFIG:-$HERE/config_vit_tiny.yaml}
 TEACHER_CONFIG=${TEACHER_CONFIG:-}
-setting() { sed -n "s/^$1: *//p" "$CONFIG"; }
+setting() { sed -n "s/^$1: *//p" "${2:-$CONFIG}"; }  # a key of CONFIG, or of the file given second
 DATA_DIR=$(dirname "$(setting train_dir)")
 OUTPUT_DIR=$(setting output_dir)
 IMAGE_SIZE=$(setting image_size)
@@ -37,7 +37,7 @@ train() {
         --mixed_precision no --dynamo_backend no recipes/train_vit.py "$1"
 }
 if [ -n "$TEACHER_CONFIG" ]; then
-    TEACHER_DIR=$(sed -n "s/^output_dir: *//p" "$TEACHER_CONFIG")
+    TEACHER_DIR=$(setting output_dir "$TEACHER_CONFIG")
     echo "== teacher ($TEACHER_DIR, $NUM_PROCESSES processes)"
     train "$TEACHER_CONFIG"
     "$PYTHON" "$HERE/evaluate_model.py" --model_dir "$TEACHER_DIR" --data_dir "$DATA_DIR"

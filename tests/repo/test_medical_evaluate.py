@@ -1,6 +1,6 @@
 """recipes/medical_brain_mri/evaluate_model.py on a small prepared dataset (prepare.py's output, no wheel): the
-medical card describes any classifier the recipe trains (a CNN teacher crashed it: ResNetConfig has no
-num_hidden_layers) and says how it was trained, from the recipe's model_card.json, instead of "from scratch" always."""
+medical card describes any classifier the recipe trains, a CNN (no num_hidden_layers, no patches) as well as a ViT,
+and says how it was trained, read from the recipe's model_card.json (from scratch, from an MAE run, from a teacher)."""
 
 import importlib.util
 import json

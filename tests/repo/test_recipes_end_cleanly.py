@@ -2,8 +2,7 @@
 
 Without it a multi-process gloo run can abort after it finished ("terminate called without an active exception",
 exit -6: a gloo worker frees Python tensors while the interpreter finalizes; docs/reliability.md). The abort comes
-about once in 25 runs, too rarely for a launched test to catch, so this reads the recipes' source with `ast`.
-`recipes/train_vit_minimal.py` lacked the call and a CI run aborted in it (stop 31)."""
+about once in 25 runs, too rarely for a launched test to catch, so this reads the recipes' source with `ast`."""
 
 import ast
 from pathlib import Path
