@@ -2,7 +2,8 @@
 
 Every distillation flag needs `--teacher_model`; the teacher's folder is read (its config) here, before any data
 loads; its weights load after the model is built, and its classes are checked against the data's after the data
-loads (`check_teacher_labels`), all before training starts.
+loads (`check_teacher_labels`), as are the training rows the teacher's run recorded (`check_teacher_rows`), all before
+training starts.
 """
 
 from dataclasses import dataclass, field
@@ -116,4 +117,29 @@ def check_teacher_labels(teacher_labels: list[str], data_labels: list[str], path
         raise UserInputError(
             f"--teacher_model {path!r} was trained on other classes than the data's: teacher {list(teacher_labels)}, "
             f"data {list(data_labels)}. Fix: pass a teacher trained on this dataset's classes, in this order."
+        )
+
+
+def describe_selection(selection: dict) -> str:
+    """ "5000 of the 60000 training images of data/fashion_mnist, drawn by seed 42" or "all 60000 ..." """
+    rows = f"{selection['rows']} of the {selection['of']}" if selection.get("seed") is not None else (
+        f"all {selection['rows']}"
+    )  # fmt: skip
+    drawn = f", drawn by seed {selection['seed']}" if selection.get("seed") is not None else ""
+    return f"{rows} training images of {selection['source']}{drawn}"
+
+
+def check_teacher_rows(teacher_selection: dict | None, data_selection: dict | None, path: str) -> None:
+    """A teacher trained on this run's dataset must have trained on exactly this run's rows: with other rows (a
+    subset drawn by another --seed, or the whole split) it has seen labelled images the student may not see, and a
+    data-efficiency result would be measured on more labels than it says. Teachers trained elsewhere (another
+    dataset, or a folder without the recipe's model_card.json) are not checked."""
+    if not teacher_selection or not data_selection or teacher_selection["source"] != data_selection["source"]:
+        return
+    if teacher_selection != data_selection:
+        raise UserInputError(
+            f"--teacher_model {path!r} was trained on {describe_selection(teacher_selection)}; this run trains on "
+            f"{describe_selection(data_selection)}, so the teacher has seen labelled images this student may not "
+            "see (--max_train_samples and a drawn validation split depend on --seed). Fix: train the teacher with "
+            "this run's --max_train_samples and --seed, or run the student with the teacher's."
         )

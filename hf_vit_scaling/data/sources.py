@@ -146,11 +146,14 @@ def load_map_style_data(data_args, seed: int = 42, cache_dir: str | None = None)
     if data_args.on_bad_image == "fail" and prepared is None:  # prepared images were decoded when prepared
         refuse_bad_images(splits, image_column)
     label_column = detect_label_column(features, data_args.label_column_name)
+    stored_rows = len(splits["train"])
     splits = _ensure_eval_split(splits, data_args.train_val_split, seed, label_column)
+    split_made = len(splits["train"]) < stored_rows  # no validation split stored: the seed drew one
     splits = DatasetDict(
         train=_subsample(splits["train"], data_args.max_train_samples, seed),
         validation=_subsample(splits["validation"], data_args.max_eval_samples, seed),
     )
+    selection = train_selection(source, stored_rows, len(splits["train"]), seed, split_made)
     if len(splits["train"]) == 0 or len(splits["validation"]) == 0:
         raise UserInputError(f"Dataset {source!r} gives an empty train or validation split. Fix: add images.")
     return ImageClassificationData(
@@ -161,4 +164,15 @@ def load_map_style_data(data_args, seed: int = 42, cache_dir: str | None = None)
         source,
         data_args.on_bad_image,
         prepared,
+        selection,
     )
+
+
+def train_selection(source: str, stored_rows: int, train_rows: int, seed: int, split_made: bool) -> dict:
+    """Which training rows a run used: the source's whole train split, or `train_rows` of its `stored_rows` drawn by
+    `seed` (`--max_train_samples` shuffles with the seed, as the HF examples do, and a split drawn for validation
+    depends on it too). Two runs saw the same rows exactly when these agree; a distillation teacher must have seen
+    no row its student may not (`arguments.distillation.check_teacher_rows`)."""
+    drawn = split_made or train_rows < stored_rows
+    source = os.path.abspath(source) if os.path.exists(source) else source
+    return {"source": source, "rows": train_rows, "of": stored_rows, "seed": seed if drawn else None}

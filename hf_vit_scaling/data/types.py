@@ -25,6 +25,7 @@ class ImageClassificationData:
     source: str
     on_bad_image: str = "skip"  # skip: leave undecodable images out of their batch and count them; fail: stop
     raw_shape: tuple[int, int, int] | None = None  # prepared shards: (H, W, C) of every image, stored as raw uint8
+    train_selection: dict | None = None  # which training rows this run uses (`sources.train_selection`)
 
     streaming: ClassVar[bool] = False  # map-style: every split is random-access (`streaming.load.StreamingData`)
 

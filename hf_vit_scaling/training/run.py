@@ -18,14 +18,14 @@ from functools import partial
 
 from transformers import AutoImageProcessor
 
-from hf_vit_scaling.arguments.distillation import check_teacher_labels
+from hf_vit_scaling.arguments.distillation import check_teacher_labels, check_teacher_rows
 from hf_vit_scaling.arguments.regularization import check_regularization
 from hf_vit_scaling.data import choose_input_path, with_sample_index
 from hf_vit_scaling.data.device_transforms import EvalCenterCrop
 from hf_vit_scaling.data.input_transforms import build_input_transforms, cpu_seconds_per_image
 from hf_vit_scaling.data.streaming.load import attach_streaming_transforms, is_streaming, split_size
 from hf_vit_scaling.evaluation.metrics import make_module_compute_metrics, save_class_report
-from hf_vit_scaling.evaluation.model_card import teacher_accuracy
+from hf_vit_scaling.evaluation.model_card import load_card_facts, teacher_accuracy
 from hf_vit_scaling.log import logger, setup_logging
 from hf_vit_scaling.models.flops import as_pair
 from hf_vit_scaling.models.mae import pretraining_summary
@@ -163,6 +163,8 @@ def distillation_loss_for(args, data, augmenter, training_precision) -> Distilla
     distil = args.distillation
     teacher = Teacher.from_pretrained(distil.teacher_model, training_precision)
     check_teacher_labels(teacher.labels, data.label_names, distil.teacher_model)
+    teacher_facts = load_card_facts(distil.teacher_model) or {}
+    check_teacher_rows(teacher_facts.get("train_selection"), data.train_selection, distil.teacher_model)
     held = sum(p.numel() for p in teacher.model.parameters())  # this rank's own elements: 0 if it were partitioned
     logger.info(f"Distillation: {distil.distillation_type} from {distil.teacher_model} (alpha "
                 f"{distil.distillation_alpha:g}, tau {distil.distillation_tau:g}), teacher "
@@ -260,6 +262,7 @@ def model_card_facts(args, world: World, data, model, model_desc: str) -> dict:
         "model_desc": model_desc,
         "dataset": data.source,
         "eval_split_size": len(data.splits["validation"]),
+        "train_selection": data.train_selection,  # which rows trained it: a teacher's are checked by its students
         "hub_model_id": training.hub_model_id,
         "setup": {
             "model": args.model.model_name_or_path or args.model.preset,

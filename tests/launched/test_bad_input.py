@@ -121,11 +121,18 @@ CASES = {
         lambda t: ["--teacher_model", save_teacher(t / "teacher", [f"c{i}" for i in range(10)])],
         ["teacher ['c0', 'c1'", "data ['0', '1'", "Fix:"],
     ),
+    "teacher trained on other rows": (
+        lambda t: ["--teacher_model", save_teacher(t / "teacher_rows", [str(i) for i in range(10)], drawn_by=7)],
+        ["--teacher_model", "100 of the 1797 training images of sklearn-digits, drawn by seed 7", "Fix: train"],
+    ),
 }
 
 
-def save_teacher(folder, labels: list[str], weights: bool = True) -> str:
-    """A tiny ResNet classifier with these classes, saved (or only its config) as a --teacher_model folder."""
+def save_teacher(folder, labels: list[str], weights: bool = True, drawn_by: int | None = None) -> str:
+    """A tiny ResNet classifier with these classes, saved (or only its config) as a --teacher_model folder; with
+    `drawn_by`, its model_card.json says the recipe trained it on 100 digits drawn by that seed."""
+    import json
+
     from transformers import ResNetConfig, ResNetForImageClassification
 
     config = ResNetConfig(embedding_size=8, hidden_sizes=[8], depths=[1], layer_type="basic",
@@ -135,6 +142,9 @@ def save_teacher(folder, labels: list[str], weights: bool = True) -> str:
         ResNetForImageClassification(config).save_pretrained(folder)
     else:
         config.save_pretrained(folder)
+    if drawn_by is not None:
+        selection = {"source": "sklearn-digits", "rows": 100, "of": 1797, "seed": drawn_by}
+        (folder / "model_card.json").write_text(json.dumps({"train_selection": selection}))
     return str(folder)
 
 

@@ -41,6 +41,7 @@ class StreamingData:
     raw_shape: tuple[int, int, int] | None  # (H, W, C) of uint8 shard rows (`decoding.decode_raw`); None: encoded
 
     streaming: ClassVar[bool] = True
+    train_selection: ClassVar[dict | None] = None  # not recorded for a stream: a teacher's rows go unchecked
 
     @property
     def splits(self) -> dict:

@@ -4,7 +4,7 @@ folder missing or unreadable, teacher classes other than the data's, flags the t
 import pytest
 from transformers import ResNetConfig
 
-from hf_vit_scaling.arguments.distillation import check_teacher_labels
+from hf_vit_scaling.arguments.distillation import check_teacher_labels, check_teacher_rows
 from hf_vit_scaling.arguments.parse import parse_args
 from hf_vit_scaling.errors import UserInputError
 
@@ -102,3 +102,22 @@ def test_vit_only_flags_with_a_cnn_preset_are_refused(tmp_path, flags, message):
     with pytest.raises(UserInputError, match=message) as err:
         parse(tmp_path, "--model_preset", "resnet-tiny-cpu", *flags)
     assert "\n" not in str(err.value) and "resnet-tiny-cpu" in str(err.value)
+
+
+def selection(rows=5000, seed=42, source="/data/fashion_mnist"):
+    return {"source": source, "rows": rows, "of": 60000 if seed is not None else rows, "seed": seed}
+
+
+def test_a_teacher_must_have_trained_on_the_student_s_rows_exactly():
+    """A teacher that saw other labelled rows of the same dataset (a subset drawn by another seed, or the whole
+    split) is refused, naming both selections; the same rows, another dataset, or no record pass."""
+    check_teacher_rows(selection(), selection(), "t")
+    check_teacher_rows(selection(source="/data/other"), selection(), "t")  # trained elsewhere: not checked
+    check_teacher_rows(None, selection(), "t")  # a folder without the recipe's model_card.json
+    with pytest.raises(UserInputError) as other_seed:
+        check_teacher_rows(selection(seed=42), selection(seed=43), "teacher")
+    message = str(other_seed.value)
+    assert "5000 of the 60000 training images of /data/fashion_mnist, drawn by seed 42" in message
+    assert "drawn by seed 43" in message and "Fix: train the teacher with this run's" in message
+    with pytest.raises(UserInputError, match="trained on all 60000 training images"):
+        check_teacher_rows(selection(rows=60000, seed=None), selection(), "teacher")

@@ -110,3 +110,17 @@ def test_unknown_dataset_name_fails_clearly():
 def test_max_samples_limit_both_splits():
     data = load_image_classification_data(DataArguments(max_train_samples=50, max_eval_samples=20), seed=1)
     assert len(data.splits["train"]) == 50 and len(data.splits["validation"]) == 20
+
+
+def test_train_selection_records_the_rows_a_seed_draws(tmp_path):
+    """Which training rows a run used: a subset drawn by --seed records the seed (two seeds draw different rows), a
+    folder with its own validation split and no subset records none, as every seed reads the same rows."""
+    subset = {seed: load_image_classification_data(DataArguments(max_train_samples=50), seed=seed) for seed in (1, 2)}
+    for seed, data in subset.items():
+        assert data.train_selection == {"source": "sklearn-digits", "rows": 50, "of": 1797, "seed": seed}
+    assert subset[1].splits["train"]["label"] != subset[2].splits["train"]["label"]  # the seed drew other rows
+    whole = load_image_classification_data(DataArguments(), seed=3)  # digits store no validation split: drawn
+    assert whole.train_selection["seed"] == 3 and whole.train_selection["rows"] < 1797
+    train, val = make_image_folder(tmp_path / "train", MIXED[:3]), make_image_folder(tmp_path / "val", MIXED[3:])
+    folders = load_image_classification_data(DataArguments(train_dir=str(train), validation_dir=str(val)), seed=4)
+    assert folders.train_selection == {"source": str(train), "rows": 6, "of": 6, "seed": None}
