@@ -35,8 +35,8 @@ class ModelArguments:
         default=None,
         metadata={
             "help": "Train from scratch with a standard size: " + ", ".join(ALL_PRESETS) + ". "
-            "Default when --model_name_or_path is not given: vit-tiny-cpu. " + ", ".join(CNN_PRESETS) + " is a CNN "
-            "(transformers' ResNet), e.g. a teacher for --teacher_model.",
+            "Default when --model_name_or_path is not given: vit-tiny-cpu. " + " and ".join(CNN_PRESETS) + " are CNNs "
+            "(transformers' ResNet and RegNetY), e.g. a teacher for --teacher_model.",
             "choices": list(ALL_PRESETS),
         },
     )

@@ -11,6 +11,8 @@ from transformers import (
     AutoModelForImageClassification,
     DeiTConfig,
     DeiTForImageClassificationWithTeacher,
+    PretrainedConfig,
+    RegNetConfig,
     ResNetConfig,
     ViTConfig,
     ViTForImageClassification,
@@ -39,15 +41,23 @@ _PRESET_ROWS = {
 MODEL_PRESETS: dict[str, dict] = {name: dict(zip(PRESET_FIELDS, row)) for name, row in _PRESET_ROWS.items()}
 DEFAULT_PRESET = "vit-tiny-cpu"
 
-# CNN teachers for distillation (DeiT's point: a CNN's locality helps on small data), as transformers' ResNet.
-# resnet-tiny-cpu: transformers' ResNet stem (7x7 stride-2 conv + 3x3 stride-2 max pool: /4), then one basic block
-# per stage at widths 32, 64, 128 (stages 2 and 3 halve the size): 32 px -> 8 -> 4 -> 2, then global
-# pooling and a linear head; 0.31 M parameters with 10 classes. `image_size` is the recipe's input side (ResNet itself
-# takes any size): kept in the config for the input path, the processor and the card.
+# CNN teachers for distillation (DeiT's point: a CNN's locality helps on small data), as transformers' ResNet and
+# RegNet (DeiT's teachers were RegNetY). `image_size` is the recipe's input side (a CNN itself takes any size): kept in
+# the config for the input path, the processor and the card.
+# resnet-tiny-cpu: ResNet's stem (7x7 stride-2 conv + 3x3 stride-2 max pool: /4), then one basic block per stage at
+# widths 32, 64, 128 (stages 2 and 3 halve the size): 32 px -> 8 -> 4 -> 2, then global pooling and a linear head;
+# 0.31 M parameters with 10 classes.
+# regnety-small-cpu: RegNet's stem is a single 3x3 stride-2 conv (/2, no pool), so a 28 px image keeps 14x14 into the
+# first stage (ResNet's stem leaves 7x7); then Y blocks (grouped 3x3 conv, group width 16, squeeze-excitation) at
+# widths 48, 96, 192 with depths 1, 2, 3, each stage halving: 28 px -> 14 -> 7 -> 4 -> 2; 0.44 M parameters with 10
+# classes.
 CNN_PRESETS: dict[str, dict] = {
     "resnet-tiny-cpu": {"image_size": 32, "embedding_size": 32, "hidden_sizes": [32, 64, 128], "depths": [1, 1, 1],
                         "layer_type": "basic"},
+    "regnety-small-cpu": {"image_size": 32, "embedding_size": 32, "hidden_sizes": [48, 96, 192], "depths": [1, 2, 3],
+                          "groups_width": 16, "layer_type": "y"},
 }  # fmt: skip
+CNN_CONFIG_CLASSES = {"resnet-tiny-cpu": ResNetConfig, "regnety-small-cpu": RegNetConfig}
 ALL_PRESETS = (*MODEL_PRESETS, *CNN_PRESETS)
 
 
@@ -56,11 +66,11 @@ def is_cnn(config) -> bool:
     return not has_patches(config)
 
 
-def cnn_preset_config(preset: str, label_names: list[str], image_size: int | None = None) -> ResNetConfig:
-    """A ResNetConfig for a CNN preset, with the dataset's labels and input side."""
+def cnn_preset_config(preset: str, label_names: list[str], image_size: int | None = None) -> PretrainedConfig:
+    """A ResNetConfig or RegNetConfig for a CNN preset, with the dataset's labels and input side."""
     values = dict(CNN_PRESETS[preset])
     values["image_size"] = image_size or values["image_size"]
-    return ResNetConfig(num_channels=3, **values, **label_maps(label_names))
+    return CNN_CONFIG_CLASSES[preset](num_channels=3, **values, **label_maps(label_names))
 
 
 HEAD_PREFIXES = ("classifier.",)
@@ -106,7 +116,7 @@ def preset_config(
     attn_implementation: str = "sdpa",
     config_overrides: str | None = None,
 ) -> ViTConfig:
-    """A ViTConfig for a named preset (a ResNetConfig for a CNN preset), with the dataset's labels, optional
+    """A ViTConfig for a named preset (a CNN's config for a CNN preset), with the dataset's labels, optional
     resolution overrides and `--config_overrides`."""
     if preset in CNN_PRESETS:
         return cnn_preset_config(preset, label_names, image_size)

@@ -131,3 +131,19 @@ def test_cnn_preset_is_a_small_resnet_with_the_data_s_classes():
     assert config.hidden_sizes == [32, 64, 128] and config.depths == [1, 1, 1] and config.layer_type == "basic"
     assert sum(p.numel() for p in model.parameters()) == 312_490  # 0.31 M parameters, with 3 input channels
     assert model.config.id2label[3] == "3"
+
+
+def test_regnet_preset_keeps_a_28_px_image_at_14x14_after_its_stem():
+    """regnety-small-cpu is transformers' RegNetY: a stride-2 stem without pooling (ResNet's stem divides by 4),
+    then stages at widths 48/96/192 of depths 1/2/3."""
+    from transformers import RegNetForImageClassification
+
+    from hf_vit_scaling.models.presets import build_model_from_preset, is_cnn, preset_config
+
+    config = preset_config("regnety-small-cpu", [str(i) for i in range(10)], image_size=28)
+    model = build_model_from_preset(config)
+    assert isinstance(model, RegNetForImageClassification) and is_cnn(config) and config.image_size == 28
+    assert config.hidden_sizes == [48, 96, 192] and config.depths == [1, 2, 3] and config.layer_type == "y"
+    stem = model.regnet.embedder(torch.zeros(1, 3, 28, 28))
+    assert stem.shape[-2:] == (14, 14)
+    assert sum(p.numel() for p in model.parameters()) == 444_094  # 0.44 M parameters, with 3 input channels
