@@ -12,7 +12,7 @@ NUM_PROCESSES ?= $(shell if command -v nvidia-smi >/dev/null 2>&1; then \
 	else n=$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$$n" -gt 0 ] && echo $$n || echo 1; fi; \
 	else echo 2; fi)
 
-.PHONY: install train medical medical-distil test test-fast test-unit style quality clean gpu-check
+.PHONY: install train medical medical-distil fashion-distil test test-fast test-unit style quality clean gpu-check
 
 install: $(VENV)/.installed
 
@@ -47,6 +47,12 @@ medical: install
 medical-distil: install
 	NUM_PROCESSES=$(NUM_PROCESSES) TEACHER_CONFIG=recipes/medical_brain_mri/config_teacher.yaml \
 		CONFIG=recipes/medical_brain_mri/config_distil.yaml bash recipes/medical_brain_mri/run.sh
+
+# Fashion-MNIST 5k, DeiT distillation: a RegNetY teacher on the seed's 5,000 images, then the ViT student from the MAE
+# encoder distilled from it (recipes/fashion_mnist/distil.sh; needs the data step and the MAE pretraining first).
+SEED ?= 42
+fashion-distil: install
+	SEED=$(SEED) bash recipes/fashion_mnist/distil.sh
 
 # The 25 slowest tests are listed at the end: make test must stay within 25 minutes on 2 cores.
 test: install

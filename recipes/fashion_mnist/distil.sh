@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# DeiT distillation on Fashion-MNIST's 5,000-image subset, one command (after `make install`, the data step of
+# README.md and the MAE pretraining of recipes/mae/README.md): a CNN teacher trained on the subset, then the ViT
+# student, started from the MAE encoder, distilled from it; both by recipes/train_vit.py.
+#
+#   bash recipes/fashion_mnist/distil.sh                 # or: make fashion-distil
+#   SEED=43 bash recipes/fashion_mnist/distil.sh         # a second seed: its own subset, so its own teacher
+#   STUDENT_CONFIG=recipes/fashion_mnist/config_distil_5k.yaml bash recipes/fashion_mnist/distil.sh  # from scratch
+#
+# The subset is drawn by --seed (`--max_train_samples` shuffles with it), so each seed gets a teacher trained on that
+# seed's 5,000 images: the recipe refuses a teacher trained on other rows of the same dataset.
+# Environment: PYTHON (default .venv/bin/python, else python3), SEED (42), NUM_PROCESSES (1: one process with every
+# core was the fastest here; the global batch stays 64 for any count that divides it), TEACHER_CONFIG, STUDENT_CONFIG
+# (this folder's config_teacher_5k.yaml, config_mae_distil_5k.yaml), OUTPUT_ROOT (outputs).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+HERE=recipes/fashion_mnist
+PYTHON=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
+SEED=${SEED:-42}
+NUM_PROCESSES=${NUM_PROCESSES:-1}
+TEACHER_CONFIG=${TEACHER_CONFIG:-$HERE/config_teacher_5k.yaml}
+STUDENT_CONFIG=${STUDENT_CONFIG:-$HERE/config_mae_distil_5k.yaml}
+OUTPUT_ROOT=${OUTPUT_ROOT:-outputs}
+GLOBAL_BATCH=64
+if [ $((GLOBAL_BATCH % NUM_PROCESSES)) -ne 0 ]; then
+    echo "error: NUM_PROCESSES=$NUM_PROCESSES does not divide the global batch of $GLOBAL_BATCH. Fix: use 1, 2, 4, ..." >&2
+    exit 2
+fi
+DATA_DIR=$(sed -n 's/^dataset_name: *//p' "$STUDENT_CONFIG")
+if [ ! -d "$DATA_DIR" ]; then
+    echo "error: $DATA_DIR (dataset_name in $STUDENT_CONFIG) does not exist. Fix: run the data step of" \
+         "$HERE/README.md (apt-get install -y dataset-fashion-mnist; python $HERE/prepare.py --output_dir $DATA_DIR)." >&2
+    exit 2
+fi
+START=$(sed -n 's/^model_name_or_path: *//p' "$STUDENT_CONFIG")
+if [ -n "$START" ] && [ ! -d "$START" ]; then
+    echo "error: $START (model_name_or_path in $STUDENT_CONFIG) does not exist. Fix: pretrain it first" \
+         "(python recipes/pretrain_mae.py recipes/mae/config_pretrain.yaml, recipes/mae/README.md), or pass" \
+         "STUDENT_CONFIG=$HERE/config_distil_5k.yaml (from scratch)." >&2
+    exit 2
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+export DS_ACCELERATOR=${DS_ACCELERATOR:-$(command -v nvidia-smi >/dev/null 2>&1 && echo cuda || echo cpu)}
+TEACHER_DIR=$OUTPUT_ROOT/fm-5k-teacher-s$SEED
+STUDENT_DIR=$OUTPUT_ROOT/fm-5k-distil-s$SEED
+multi=$([ "$NUM_PROCESSES" -gt 1 ] && echo --multi_gpu || true)
+# One process gets every core (the 2-process launcher gives each process one thread itself).
+[ "$NUM_PROCESSES" -eq 1 ] && export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
+train() {  # CONFIG OUTPUT_DIR [flags...]
+    local config=$1 output_dir=$2
+    shift 2
+    "$PYTHON" -m accelerate.commands.launch $multi --num_processes "$NUM_PROCESSES" --num_machines 1 \
+        --mixed_precision no --dynamo_backend no recipes/train_vit.py "$config" --seed "$SEED" \
+        --per_device_train_batch_size $((GLOBAL_BATCH / NUM_PROCESSES)) --output_dir "$output_dir" "$@"
+}
+start=$SECONDS
+echo "== teacher ($TEACHER_DIR)"
+train "$TEACHER_CONFIG" "$TEACHER_DIR"
+taught=$SECONDS
+echo "== student ($STUDENT_DIR, distilled from $TEACHER_DIR)"
+train "$STUDENT_CONFIG" "$STUDENT_DIR" --teacher_model "$TEACHER_DIR"
+echo "Time: teacher $((taught - start)) s, student $((SECONDS - taught)) s, total $((SECONDS - start)) s"
