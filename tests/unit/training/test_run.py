@@ -44,10 +44,13 @@ def test_card_facts_describe_the_run(tmp_path):
     args = parse_args(["--output_dir", str(tmp_path / "run-a"), "--gradient_accumulation_steps", "2",
                        "--per_device_train_batch_size", "16", "--max_steps", "7"])  # fmt: skip
     model, _, desc = build_model(args.model, ["a", "b"])
-    data = SimpleNamespace(source="sklearn-digits", splits={"validation": [0] * 5}, label_names=["a", "b"])
+    selection = {"source": "sklearn-digits", "rows": 20, "of": 1797, "seed": 42}
+    data = SimpleNamespace(source="sklearn-digits", splits={"validation": [0] * 5}, label_names=["a", "b"],
+                           train_selection=selection)  # fmt: skip
     world = World(Engine("trainer"), {"rule": "none"}, None, None)
     facts = model_card_facts(args, world, data, model, desc)
     assert facts["model_name"] == "run-a" and facts["eval_split_size"] == 5 and facts["dataset"] == "sklearn-digits"
+    assert facts["train_selection"] == selection  # what a student checks its teacher's rows against
     setup = facts["setup"]
     assert setup["global batch"] == 16 * 2 * 1 and setup["ds_config"] == "none"
     assert setup["engine"] == "none (plain Trainer)"
