@@ -27,7 +27,7 @@ if [ $((GLOBAL_BATCH % NUM_PROCESSES)) -ne 0 ]; then
     exit 2
 fi
 DATA_DIR=$(sed -n 's/^dataset_name: *//p' "$STUDENT_CONFIG")
-if [ ! -d "$DATA_DIR" ]; then
+if [ -n "$DATA_DIR" ] && [ ! -d "$DATA_DIR" ]; then
     echo "error: $DATA_DIR (dataset_name in $STUDENT_CONFIG) does not exist. Fix: run the data step of" \
          "$HERE/README.md (apt-get install -y dataset-fashion-mnist; python $HERE/prepare.py --output_dir $DATA_DIR)." >&2
     exit 2
