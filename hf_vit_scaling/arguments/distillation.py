@@ -122,11 +122,12 @@ def check_teacher_labels(teacher_labels: list[str], data_labels: list[str], path
 
 def describe_selection(selection: dict) -> str:
     """ "5000 of the 60000 training images of data/fashion_mnist, drawn by seed 42" or "all 60000 ..." """
-    rows = f"{selection['rows']} of the {selection['of']}" if selection.get("seed") is not None else (
-        f"all {selection['rows']}"
-    )  # fmt: skip
-    drawn = f", drawn by seed {selection['seed']}" if selection.get("seed") is not None else ""
-    return f"{rows} training images of {selection['source']}{drawn}"
+    if selection.get("seed") is None:
+        return f"all {selection['rows']} training images of {selection['source']}"
+    return (
+        f"{selection['rows']} of the {selection['of']} training images of {selection['source']}, drawn by seed "
+        f"{selection['seed']}"
+    )
 
 
 def check_teacher_rows(teacher_selection: dict | None, data_selection: dict | None, path: str) -> None:

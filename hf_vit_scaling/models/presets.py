@@ -12,8 +12,6 @@ from transformers import (
     DeiTConfig,
     DeiTForImageClassificationWithTeacher,
     PretrainedConfig,
-    RegNetConfig,
-    ResNetConfig,
     ViTConfig,
     ViTForImageClassification,
 )
@@ -52,12 +50,11 @@ DEFAULT_PRESET = "vit-tiny-cpu"
 # widths 48, 96, 192 with depths 1, 2, 3, each stage halving: 28 px -> 14 -> 7 -> 4 -> 2; 0.44 M parameters with 10
 # classes.
 CNN_PRESETS: dict[str, dict] = {
-    "resnet-tiny-cpu": {"image_size": 32, "embedding_size": 32, "hidden_sizes": [32, 64, 128], "depths": [1, 1, 1],
-                        "layer_type": "basic"},
-    "regnety-small-cpu": {"image_size": 32, "embedding_size": 32, "hidden_sizes": [48, 96, 192], "depths": [1, 2, 3],
-                          "groups_width": 16, "layer_type": "y"},
+    "resnet-tiny-cpu": {"model_type": "resnet", "image_size": 32, "embedding_size": 32, "hidden_sizes": [32, 64, 128],
+                        "depths": [1, 1, 1], "layer_type": "basic"},
+    "regnety-small-cpu": {"model_type": "regnet", "image_size": 32, "embedding_size": 32,
+                          "hidden_sizes": [48, 96, 192], "depths": [1, 2, 3], "groups_width": 16, "layer_type": "y"},
 }  # fmt: skip
-CNN_CONFIG_CLASSES = {"resnet-tiny-cpu": ResNetConfig, "regnety-small-cpu": RegNetConfig}
 ALL_PRESETS = (*MODEL_PRESETS, *CNN_PRESETS)
 
 
@@ -70,7 +67,7 @@ def cnn_preset_config(preset: str, label_names: list[str], image_size: int | Non
     """A ResNetConfig or RegNetConfig for a CNN preset, with the dataset's labels and input side."""
     values = dict(CNN_PRESETS[preset])
     values["image_size"] = image_size or values["image_size"]
-    return CNN_CONFIG_CLASSES[preset](num_channels=3, **values, **label_maps(label_names))
+    return AutoConfig.for_model(values.pop("model_type"), num_channels=3, **values, **label_maps(label_names))
 
 
 HEAD_PREFIXES = ("classifier.",)
