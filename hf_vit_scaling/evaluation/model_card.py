@@ -13,14 +13,14 @@ pipeline_tag: image-classification
 tags:
 - vision
 - image-classification
-- vit
+- {model_type}
 - deepspeed
 - hf-vit-scaling
 {datasets_yaml}---
 
 # {model_name}
 
-A Vision Transformer ({model_desc}) trained for image classification on **{dataset}** with
+{model_noun} ({model_desc}) trained for image classification on **{dataset}** with
 hf-vit-scaling `recipes/train_vit.py` (Hugging Face Trainer{ds_desc}).
 
 ## Results (held-out split: {eval_split_size} images)
@@ -125,6 +125,12 @@ def teacher_accuracy(folder: str) -> str:
     return f"{accuracy:.4f}{on} (its {name})"
 
 
+def model_noun(model_type: str) -> str:
+    """The card's first words: "A Vision Transformer" for ViT and DeiT, else the architecture by its transformers
+    model type ("A resnet image classifier"): a CNN teacher's card must not call it a transformer."""
+    return "A Vision Transformer" if model_type in ("vit", "deit") else f"A {model_type} image classifier"
+
+
 def render_model_card(info: dict, throughput: dict | None = None) -> str:
     """Markdown card from the facts the recipe collected (keys: see `write_model_card`)."""
     metrics = {k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in info["metrics"].items()}
@@ -134,8 +140,11 @@ def render_model_card(info: dict, throughput: dict | None = None) -> str:
     datasets_yaml = f"datasets:\n- {dataset}\n" if is_hub_id else ""
     ds_config = info["setup"].get("ds_config")
     ds_config = ds_config if isinstance(ds_config, str) and ds_config.endswith(".json") else None  # a config file
+    model_type = info.get("model_type", "vit")  # facts written before the key existed were all ViTs
     return CARD_TEMPLATE.format(
         model_name=info["model_name"],
+        model_type=model_type,
+        model_noun=model_noun(model_type),
         model_desc=info["model_desc"],
         dataset=dataset,
         datasets_yaml=datasets_yaml,

@@ -109,7 +109,7 @@ def _fmt(value) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
-def card_metadata(results: dict, dataset_name: str, model_name: str) -> ModelCardData:
+def card_metadata(results: dict, dataset_name: str, model_name: str, model_type: str = "vit") -> ModelCardData:
     """Hub metadata: tags, and `model-index` with every test metric (EvalResult keeps it in the Hub's schema)."""
     test = results["test"]
     eval_results = [
@@ -128,7 +128,15 @@ def card_metadata(results: dict, dataset_name: str, model_name: str) -> ModelCar
     return ModelCardData(
         library_name="transformers",
         pipeline_tag="image-classification",
-        tags=["vision", "image-classification", "vit", "medical", "mri", "not-for-clinical-use", "hf-vit-scaling"],
+        tags=[
+            "vision",
+            "image-classification",
+            model_type,
+            "medical",
+            "mri",
+            "not-for-clinical-use",
+            "hf-vit-scaling",
+        ],
         model_name=model_name,
         eval_results=eval_results,
     )
@@ -142,6 +150,7 @@ def render_medical_card(
     image_size: int,
     dataset_name: str = "br35h",
     load_path: str | None = None,
+    model_type: str = "vit",
 ) -> str:
     """Markdown card from evaluate.py's results and prepare.py's hygiene summary (see their JSON files)."""
     test, chosen = results["test"], results["threshold_choice"]
@@ -179,7 +188,7 @@ def render_medical_card(
         "load_path": load_path or model_name,
     }
     body = BODY.format(**fields)
-    return f"---\n{card_metadata(results, dataset_name, model_name).to_yaml()}\n---\n{body}"
+    return f"---\n{card_metadata(results, dataset_name, model_name, model_type).to_yaml()}\n---\n{body}"
 
 
 def validate_medical_card(content: str) -> ModelCard:
@@ -221,10 +230,13 @@ def write_medical_card(
     image_size: int,
     model_name: str | None = None,
     load_path: str | None = None,
+    model_type: str = "vit",
 ) -> str:
     """Render, validate and write output_dir/README.md; returns the card's text."""
     name = model_name or os.path.basename(os.path.normpath(output_dir))
-    content = render_medical_card(results, hygiene, name, model_desc, image_size, load_path=load_path)
+    content = render_medical_card(
+        results, hygiene, name, model_desc, image_size, load_path=load_path, model_type=model_type
+    )
     validate_medical_card(content)
     with open(os.path.join(output_dir, "README.md"), "w", encoding="utf-8") as f:
         f.write(content)

@@ -260,6 +260,7 @@ def model_card_facts(args, world: World, data, model, model_desc: str) -> dict:
     return {
         "model_name": os.path.basename(os.path.normpath(training.output_dir)),
         "model_desc": model_desc,
+        "model_type": model.config.model_type,  # the card's tag: vit, deit, resnet, regnet...
         "dataset": data.source,
         "eval_split_size": len(data.splits["validation"]),
         "train_selection": data.train_selection,  # which rows trained it: a teacher's are checked by its students

@@ -162,7 +162,9 @@ def main(argv=None) -> int:
     # distilled from a teacher): its model_card.json, written beside the card this one replaces.
     params = count_parameters(model)
     model_desc = f"{describe_architecture(model.config, params)}; {training_summary(load_card_facts(args.model_dir))}"
-    write_medical_card(args.model_dir, results, hygiene, model_desc, model.config.image_size)
+    write_medical_card(
+        args.model_dir, results, hygiene, model_desc, model.config.image_size, model_type=model.config.model_type
+    )
     m = report
     print(
         f"Test ({len(test_labels)} images, {len(set(test_groups))} groups; threshold {chosen['threshold']:.4f} "

@@ -4,6 +4,7 @@ Hub dataset ids, DeepSpeed named when it was used, and the path `pipeline(...)` 
 import json
 
 import pytest
+from huggingface_hub import ModelCard
 
 from hf_vit_scaling.evaluation.model_card import (
     load_card_facts,
@@ -49,6 +50,19 @@ def test_card_has_the_metrics_and_setup_rows():
     ):
         assert row in card
     assert "Hugging Face Trainer + DeepSpeed `zero2.json`" in card
+
+
+@pytest.mark.parametrize(
+    "model_type, tag, noun",
+    [(None, "vit", "A Vision Transformer"), ("deit", "deit", "A Vision Transformer"),
+     ("regnet", "regnet", "A regnet image classifier")],
+    ids=["facts-without-a-type", "deit", "cnn-teacher"],
+)  # fmt: skip
+def test_card_names_the_architecture_it_trained(model_type, tag, noun):
+    info = _info() if model_type is None else _info(model_type=model_type)
+    card = render_model_card(info)
+    assert ModelCard(card).data.tags == ["vision", "image-classification", tag, "deepspeed", "hf-vit-scaling"]
+    assert f"\n{noun} (vit-b-16 trained from scratch)" in card
 
 
 @pytest.mark.parametrize(
@@ -117,10 +131,6 @@ def _throughput_report() -> dict:
 def test_card_carries_the_training_speed_and_parses_as_a_hub_card(tmp_path):
     """With the run's throughput.json beside it, the card has a "Training speed" table; huggingface_hub reads the
     card's metadata and text."""
-    import json
-
-    from huggingface_hub import ModelCard
-
     (tmp_path / "throughput.json").write_text(json.dumps(_throughput_report()))
     card = ModelCard.load(write_model_card(str(tmp_path), _info()))
     assert card.data.library_name == "transformers" and card.data.pipeline_tag == "image-classification"

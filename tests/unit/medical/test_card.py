@@ -78,6 +78,12 @@ def test_card_loads_with_the_hub_schema(tmp_path):
     assert ModelCard.load(tmp_path / "README.md").text == parsed.text
 
 
+def test_a_cnn_s_card_is_tagged_with_its_own_architecture():
+    cnn = render_medical_card(RESULTS, HYGIENE, "resnet-br35h", "resnet, widths 32/64/128", 64, model_type="resnet")
+    assert "resnet" in validate_medical_card(cnn).data.tags and "vit" not in validate_medical_card(cnn).data.tags
+    assert "vit" in validate_medical_card(card()).data.tags
+
+
 @pytest.mark.parametrize("drop", ["## Limitations", NOT_FOR_CLINICAL_USE, "% CI"])
 def test_validation_names_what_is_missing(drop):
     with pytest.raises(ValueError, match="medical model card lacks"):

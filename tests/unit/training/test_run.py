@@ -51,6 +51,7 @@ def test_card_facts_describe_the_run(tmp_path):
     facts = model_card_facts(args, world, data, model, desc)
     assert facts["model_name"] == "run-a" and facts["eval_split_size"] == 5 and facts["dataset"] == "sklearn-digits"
     assert facts["train_selection"] == selection  # what a student checks its teacher's rows against
+    assert facts["model_type"] == "vit"  # the card's architecture tag
     setup = facts["setup"]
     assert setup["global batch"] == 16 * 2 * 1 and setup["ds_config"] == "none"
     assert setup["engine"] == "none (plain Trainer)"
