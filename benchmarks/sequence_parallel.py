@@ -115,6 +115,7 @@ def worker(args) -> None:
     timer = CollectiveTimer(device.type)  # before deepspeed binds the functions
 
     from hf_vit_scaling.models.presets import build_model_from_preset, preset_config
+    from hf_vit_scaling.parallel.distributed import shutdown_distributed
     from hf_vit_scaling.parallel.sequence_parallel import setup_sequence_parallel
 
     sp = None
@@ -177,9 +178,7 @@ def worker(args) -> None:
     if rank == 0:
         with open(args.worker_output, "w", encoding="utf-8") as f:
             json.dump(gathered, f)
-    if distributed:
-        dist.barrier()
-        dist.destroy_process_group()
+    shutdown_distributed()  # a no-op without a process group
 
 
 # --------------------------------------------------------------------------- driver

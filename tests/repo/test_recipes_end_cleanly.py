@@ -60,3 +60,18 @@ def test_recipe_shuts_distributed_down_after_training(recipe):
 )
 def test_the_check_tells_a_missing_call_from_a_present_one(source, missing):
     assert missing_shutdown(source) is missing
+
+
+ROOT = RECIPES.parent
+
+
+def test_no_script_tears_gloo_down_without_draining_it():
+    """Launched workers and benchmarks end through `shutdown_distributed()` too: a bare `destroy_process_group()`
+    leaves DeepSpeed's groups referenced and the same abort at exit possible."""
+    bare = [
+        str(p.relative_to(ROOT))
+        for folder in ("recipes", "benchmarks", "tests/launched")
+        for p in sorted((ROOT / folder).rglob("*.py"))
+        if any(name == "destroy_process_group" for _, name in called_names(ast.parse(p.read_text())))
+    ]
+    assert bare == [], f"replace destroy_process_group() with hf_vit_scaling.shutdown_distributed() in {bare}"

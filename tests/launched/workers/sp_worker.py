@@ -27,6 +27,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import deepspeed  # noqa: E402
 from transformers import TrainingArguments, ViTConfig, ViTForImageClassification  # noqa: E402
 
+from hf_vit_scaling.parallel.distributed import shutdown_distributed  # noqa: E402
 from hf_vit_scaling.parallel.sequence_parallel import (  # noqa: E402
     ViTSequenceParallel,
     sequence_parallel_loss_grad_scale,
@@ -231,5 +232,4 @@ if __name__ == "__main__":
     if dist.get_rank() == 0:
         with open(out_path, "w", encoding="utf-8") as f:
             json.dump({"ranks": gathered}, f, indent=2)
-    dist.barrier()
-    dist.destroy_process_group()
+    shutdown_distributed()  # barrier, destroy, then drain gloo's workers (docs/reliability.md)
