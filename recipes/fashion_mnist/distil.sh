@@ -14,8 +14,8 @@
 # (this folder's config_teacher_5k.yaml, config_mae_distil_5k.yaml), OUTPUT_ROOT (outputs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source recipes/common.sh
 HERE=recipes/fashion_mnist
-PYTHON=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 SEED=${SEED:-42}
 NUM_PROCESSES=${NUM_PROCESSES:-1}
 TEACHER_CONFIG=${TEACHER_CONFIG:-$HERE/config_teacher_5k.yaml}
@@ -39,18 +39,14 @@ if [ -n "$START" ] && [ ! -d "$START" ]; then
          "STUDENT_CONFIG=$HERE/config_distil_5k.yaml (from scratch)." >&2
     exit 2
 fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
-export DS_ACCELERATOR=${DS_ACCELERATOR:-$(command -v nvidia-smi >/dev/null 2>&1 && echo cuda || echo cpu)}
 TEACHER_DIR=$OUTPUT_ROOT/fm-5k-teacher-s$SEED
 STUDENT_DIR=$OUTPUT_ROOT/fm-5k-distil-s$SEED
-multi=$([ "$NUM_PROCESSES" -gt 1 ] && echo --multi_gpu || true)
 # One process gets every core (the 2-process launcher gives each process one thread itself).
 [ "$NUM_PROCESSES" -eq 1 ] && export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 train() {  # CONFIG OUTPUT_DIR [flags...]
     local config=$1 output_dir=$2
     shift 2
-    "$PYTHON" -m accelerate.commands.launch $multi --num_processes "$NUM_PROCESSES" --num_machines 1 \
-        --mixed_precision no --dynamo_backend no recipes/train_vit.py "$config" --seed "$SEED" \
+    launch "$NUM_PROCESSES" recipes/train_vit.py "$config" --seed "$SEED" \
         --per_device_train_batch_size $((GLOBAL_BATCH / NUM_PROCESSES)) --output_dir "$output_dir" "$@"
 }
 start=$SECONDS

@@ -5,12 +5,10 @@
 # Flags after `run.sh` go to both recipes (e.g. `--seed 43`); output folders are the configs' own.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-PYTHON="${PYTHON:-.venv/bin/python}"
-LAUNCH=("$PYTHON" -m accelerate.commands.launch --multi_gpu --num_processes 2 --num_machines 1 --mixed_precision no
-        --dynamo_backend no)
+source recipes/common.sh
 if [ ! -d data/fashion_mnist ]; then
     echo "error: data/fashion_mnist is missing. Fix: python recipes/fashion_mnist/prepare.py --output_dir data/fashion_mnist" >&2
     exit 2
 fi
-"${LAUNCH[@]}" recipes/pretrain_mae.py recipes/mae/config_pretrain.yaml "$@"
-"${LAUNCH[@]}" recipes/train_vit.py recipes/mae/config_finetune_5k.yaml "$@"
+launch 2 recipes/pretrain_mae.py recipes/mae/config_pretrain.yaml "$@"
+launch 2 recipes/train_vit.py recipes/mae/config_finetune_5k.yaml "$@"

@@ -13,8 +13,8 @@
 # training starts afresh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source recipes/common.sh
 HERE=recipes/medical_brain_mri
-PYTHON=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 NUM_PROCESSES=${NUM_PROCESSES:-2}
 CONFIG=${CONFIG:-$HERE/config_vit_tiny.yaml}
 TEACHER_CONFIG=${TEACHER_CONFIG:-}
@@ -22,20 +22,13 @@ setting() { sed -n "s/^$1: *//p" "${2:-$CONFIG}"; }  # a key of CONFIG, or of th
 DATA_DIR=$(dirname "$(setting train_dir)")
 OUTPUT_DIR=$(setting output_dir)
 IMAGE_SIZE=$(setting image_size)
-# The checkout's package, whether or not it is pip-installed; no Hub access is needed at any step.
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
-export DS_ACCELERATOR=${DS_ACCELERATOR:-$(command -v nvidia-smi >/dev/null 2>&1 && echo cuda || echo cpu)}
 start=$SECONDS
 
 echo "== prepare ($DATA_DIR)"
 "$PYTHON" "$HERE/prepare.py" --output_dir "$DATA_DIR" --resize "$IMAGE_SIZE"
 prepared=$SECONDS
 
-multi=$([ "$NUM_PROCESSES" -gt 1 ] && echo --multi_gpu || true)
-train() {
-    "$PYTHON" -m accelerate.commands.launch $multi --num_processes "$NUM_PROCESSES" --num_machines 1 \
-        --mixed_precision no --dynamo_backend no recipes/train_vit.py "$1"
-}
+train() { launch "$NUM_PROCESSES" recipes/train_vit.py "$1"; }
 if [ -n "$TEACHER_CONFIG" ]; then
     TEACHER_DIR=$(setting output_dir "$TEACHER_CONFIG")
     echo "== teacher ($TEACHER_DIR, $NUM_PROCESSES processes)"
