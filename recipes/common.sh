@@ -8,6 +8,9 @@ export DS_ACCELERATOR=${DS_ACCELERATOR:-$(command -v nvidia-smi >/dev/null 2>&1 
 launch() {  # N SCRIPT [ARGS...]; 2 or more processes: --multi_gpu, accelerate's torchrun-style launcher (gloo on a CPU)
     local processes=$1
     shift
-    "$PYTHON" -m accelerate.commands.launch $([ "$processes" -gt 1 ] && echo --multi_gpu) \
+    # accelerate sets OMP_NUM_THREADS=1 for a single process too: give it every core unless the caller chose.
+    local threads=()
+    [ "$processes" -eq 1 ] && threads=(env "OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}")
+    "${threads[@]}" "$PYTHON" -m accelerate.commands.launch $([ "$processes" -gt 1 ] && echo --multi_gpu) \
         --num_processes "$processes" --num_machines 1 --mixed_precision no --dynamo_backend no "$@"
 }

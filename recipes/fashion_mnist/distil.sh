@@ -41,8 +41,6 @@ if [ -n "$START" ] && [ ! -d "$START" ]; then
 fi
 TEACHER_DIR=$OUTPUT_ROOT/fm-5k-teacher-s$SEED
 STUDENT_DIR=$OUTPUT_ROOT/fm-5k-distil-s$SEED
-# One process gets every core (the 2-process launcher gives each process one thread itself).
-[ "$NUM_PROCESSES" -eq 1 ] && export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 train() {  # CONFIG OUTPUT_DIR [flags...]
     local config=$1 output_dir=$2
     shift 2

@@ -2,6 +2,7 @@
 the student distilled from it, each run by the recipe through `accelerate launch`; bad settings are refused before
 any training. Tiny configs on a 2-class save_to_disk folder stand in for Fashion-MNIST and the MAE start."""
 
+import os
 import subprocess
 import sys
 
@@ -75,3 +76,17 @@ def test_bad_settings_are_refused_before_training(tmp_path, data, env, student_e
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and message in errors[0] and "Fix:" in errors[0]
     assert not (tmp_path / "out").exists()  # nothing trained
+
+
+def test_a_one_process_launch_gets_every_core_and_two_processes_one_each(tmp_path):
+    """recipes/common.sh's `launch`: accelerate gives even a single process OMP_NUM_THREADS=1, which halved the
+    speed of `NUM_PROCESSES=1` runs of recipes/medical_brain_mri/run.sh on 2 cores."""
+    probe = tmp_path / "threads.py"
+    probe.write_text("import torch\nprint('threads', torch.get_num_threads())\n")
+    env = launch_env()
+    env.pop("OMP_NUM_THREADS", None)
+    command = f"set -euo pipefail; source recipes/common.sh; launch 1 {probe}; launch 2 {probe}"
+    proc = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = [int(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("threads ")]
+    assert counts == [len(os.sched_getaffinity(0)), 1, 1]
