@@ -79,8 +79,8 @@ def test_bad_settings_are_refused_before_training(tmp_path, data, env, student_e
 
 
 def test_a_one_process_launch_gets_every_core_and_two_processes_one_each(tmp_path):
-    """recipes/common.sh's `launch`: accelerate gives even a single process OMP_NUM_THREADS=1, which halved the
-    speed of `NUM_PROCESSES=1` runs of recipes/medical_brain_mri/run.sh on 2 cores."""
+    """recipes/common.sh's `launch`: accelerate gives even a single process OMP_NUM_THREADS=1, so without the
+    script's own setting a `NUM_PROCESSES=1` run would use one core; two processes keep one thread each."""
     probe = tmp_path / "threads.py"
     probe.write_text("import torch\nprint('threads', torch.get_num_threads())\n")
     env = launch_env()

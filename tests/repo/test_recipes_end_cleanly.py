@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = ROOT / "recipes"
 
 
 def called_names(node: ast.AST) -> list[tuple[int, str]]:
@@ -60,9 +61,6 @@ def test_recipe_shuts_distributed_down_after_training(recipe):
 )
 def test_the_check_tells_a_missing_call_from_a_present_one(source, missing):
     assert missing_shutdown(source) is missing
-
-
-ROOT = RECIPES.parent
 
 
 def test_no_script_tears_gloo_down_without_draining_it():
