@@ -16,6 +16,7 @@ from datasets import Dataset, DatasetDict
 from datasets import Image as ImageFeature
 from PIL import Image, UnidentifiedImageError
 
+from hf_vit_scaling.data.sample_randomness import PerSampleRandomness
 from hf_vit_scaling.errors import UserInputError
 
 _DECODE_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError)
@@ -100,23 +101,31 @@ def refuse_bad_images(splits: DatasetDict, image_column: str) -> None:
 
 class SampleIndexDataset(torch.utils.data.Dataset):
     """A split whose items also carry `sample_index` (their row), so a batch can say which rows it holds: used to
-    name skipped images and to trace the data order (`--trace_samples`)."""
+    name skipped images and to trace the data order (`--trace_samples`). With `randomness`, each item's host
+    transforms draw from that row's own generator state (`sample_randomness`): one transform call per item."""
 
-    def __init__(self, dataset):
-        self.dataset = dataset
+    def __init__(self, dataset, randomness: PerSampleRandomness | None = None):
+        self.dataset, self.randomness = dataset, randomness
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, index):
-        return {**self.dataset[index], "sample_index": index}
+        if self.randomness is None:
+            return {**self.dataset[index], "sample_index": index}
+        with self.randomness.drawing_for(index):
+            return {**self.dataset[index], "sample_index": index}
 
     def __getitems__(self, indices):  # the DataLoader's batched fetch: one transform call per batch
+        if self.randomness is not None:
+            return [self[i] for i in indices]
         return [{**item, "sample_index": i} for i, item in zip(indices, self.dataset.__getitems__(indices))]
 
 
-def with_sample_index(splits) -> dict:
-    return {name: SampleIndexDataset(split) for name, split in splits.items()}
+def with_sample_index(splits, seed: int | None = None) -> dict:
+    """Every split with `sample_index`; with `seed`, the training split's host draws seeded per sample."""
+    randomness = {"train": PerSampleRandomness(seed)} if seed is not None else {}
+    return {name: SampleIndexDataset(split, randomness.get(name)) for name, split in splits.items()}
 
 
 def pixels_or_note(convert, value, policy: str, name: str) -> tuple:

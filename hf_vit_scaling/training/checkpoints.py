@@ -143,6 +143,70 @@ def resolve_resume_checkpoint(value: str | None, output_dir: str) -> tuple[str |
     )
 
 
+# ---------------------------------------------------------------- whose optimizer state a checkpoint holds
+
+ENGINE_FLAGS = {
+    "trainer": "the plain Trainer (no --ds_config, no --fsdp)",
+    "fsdp": "FSDP2 (--fsdp with its --fsdp_config)",
+}
+
+
+def saved_optimizer_engine(folder: str) -> tuple[str | None, int | None]:
+    """(engine, ZeRO stage) whose optimizer moments `folder` holds, from its files (the Trainer writes one layout per
+    engine) and the marker's ZeRO stage:
+    - DeepSpeed: a `latest` file naming a `global_stepN/` folder (ZeRO-0: the moments inside
+      mp_rank_00_model_states.pt; 1-3: zero_pp_rank_R_mp_rank_00_optim_states.pt per rank; 3 also shards the model
+      states);
+    - FSDP2: `optimizer_0/` (sharded state dict) or `optimizer.bin` (full);
+    - the plain Trainer and DDP: `optimizer.pt`;
+    (None, None) when it holds none: saved with --save_only_model, or the files were removed. A DeepSpeed checkpoint
+    saved without our marker gives stage None when its files cannot tell ZeRO-1 from ZeRO-2."""
+    tag = universal_tag_folder(folder)
+    if tag is not None and os.path.isdir(tag):
+        stage = (read_marker(folder) or {}).get("zero_stage")
+        if stage is None:  # saved without our marker: stage 3 shards the model states, 1-2 only the optimizer's
+            sharded_model = glob.glob(os.path.join(tag, "zero_pp_rank_*_model_states.pt"))
+            stage = 3 if sharded_model else (None if glob.glob(os.path.join(tag, "*optim_states.pt")) else 0)
+        return "deepspeed", stage
+    if os.path.isdir(os.path.join(folder, "optimizer_0")) or os.path.isfile(os.path.join(folder, "optimizer.bin")):
+        return "fsdp", None
+    if os.path.isfile(os.path.join(folder, "optimizer.pt")):
+        return "trainer", None
+    return None, None
+
+
+def engine_words(kind: str | None, stage: int | None) -> str:
+    if kind == "deepspeed":
+        return f"DeepSpeed ZeRO-{stage if stage is not None else '1 or 2'} (--ds_config)"
+    return ENGINE_FLAGS[kind]
+
+
+def check_optimizer_state(folder: str, kind: str, stage: int | None) -> None:
+    """Refuse to resume `folder` with an engine that cannot load its optimizer state: the Trainer would load the
+    weights, find no optimizer file of its own layout, and train on from fresh AdamW moments without a word.
+    Same engine and ZeRO stage only (offload on or off loads the same files; another world size goes through the
+    universal checkpoint, `prepare_world_size_change`)."""
+    saved_kind, saved_stage = saved_optimizer_engine(folder)
+    asked = engine_words(kind, stage)
+    if saved_kind is None:
+        raise UserInputError(
+            f"--resume_from_checkpoint {folder!r} holds no optimizer state (saved with --save_only_model, or its "
+            f"optimizer files were removed): this run ({asked}) would restart the AdamW moments and step count from "
+            f"zero. Fix: resume from a checkpoint saved without --save_only_model, or start a new run from its "
+            f"weights with --model_name_or_path {folder}."
+        )
+    same_stage = saved_stage == stage or (saved_stage is None and stage in (1, 2))  # None: unmarked, ZeRO-1 or 2
+    if saved_kind == kind and (kind != "deepspeed" or same_stage):
+        return
+    saved = engine_words(saved_kind, saved_stage)
+    raise UserInputError(
+        f"--resume_from_checkpoint {folder!r} holds the optimizer state of {saved}, but this run uses {asked}: "
+        f"its AdamW moments, step count and schedule position would not be loaded and training would go on from a "
+        f"fresh optimizer. Fix: resume with the engine that saved it ({saved}), or start a new run from its weights "
+        f"with --model_name_or_path {folder}."
+    )
+
+
 def saved_world_size(folder: str) -> int | None:
     marker = read_marker(folder)
     if marker:

@@ -46,6 +46,7 @@ from hf_vit_scaling.parallel.sequence_parallel import setup_sequence_parallel
 from hf_vit_scaling.regularization.batch_augmenter import BatchAugmenter
 from hf_vit_scaling.regularization.ema import EMACallback
 from hf_vit_scaling.training.checkpoints import (
+    check_optimizer_state,
     needs_universal_checkpoint,
     prepare_world_size_change,
     resolve_resume_checkpoint,
@@ -108,6 +109,8 @@ def resume_checkpoint(training_args, engine: Engine) -> str | None:
     """--resume_from_checkpoint PATH or `latest` -> a complete checkpoint (or None); prepares DeepSpeed's universal
     checkpoint when the number of processes changed since it was saved."""
     folder, notes = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+    if folder is not None:
+        check_optimizer_state(folder, engine.kind, engine.zero_stage)
     world = training_args.world_size
     if needs_universal_checkpoint(folder, world, engine.zero_stage):
         notes.append(prepare_world_size_change(folder, training_args, world, is_main_process()))
@@ -220,7 +223,8 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str,
         on_cpu = args.training.device.type == "cpu"
         splits, collate, preprocessor, input_path = attach_input_transforms(data, args.data, size, mean, std,
                                                                             reg.eval_crop_pct, on_cpu)  # fmt: skip
-        splits = with_sample_index(splits)  # batches say which rows they hold (skipped images, --trace_samples)
+        # Batches say which rows they hold (skipped images, --trace_samples); host draws are seeded per sample.
+        splits = with_sample_index(splits, seed=args.training.seed)
     check_regularization(reg, input_path=input_path)
     factor = args.cluster.slow_ranks.get(args.training.process_index, 1.0)
     slow_rank = SlowRankSimulator(factor) if factor > 1.0 else None  # labelled in every report

@@ -36,6 +36,7 @@ from transformers import PreTrainedModel, Trainer
 from transformers.trainer_utils import rotate_checkpoints
 from transformers.utils import is_sagemaker_mp_enabled
 
+from hf_vit_scaling.data.sample_randomness import EpochOfDraws
 from hf_vit_scaling.data.streaming.loader import StreamingTrainData
 from hf_vit_scaling.errors import CheckpointSaveError, NonFiniteLossError, TrainingStopped, UserInputError
 from hf_vit_scaling.evaluation.model_card import write_model_card
@@ -131,6 +132,9 @@ class VitTrainer(Trainer):
         super().__init__(*args, **kwargs)
         sp_size = sequence_parallel.sp_size if sequence_parallel is not None else 1
         self.add_callback(PerRankRandomness(sp_size))  # augmentation and drop path differ across data-parallel ranks
+        host_draws = getattr(self.train_dataset, "randomness", None)
+        if host_draws is not None:  # host transforms seeded per (seed, epoch, row): tell them the epoch
+            self.add_callback(EpochOfDraws(host_draws))
         self.layer_decay, self.ema = layer_decay, ema
         if ema is not None:
             self.add_callback(ema)
@@ -268,7 +272,22 @@ class VitTrainer(Trainer):
 
     # ------------------------------------------------------------------ training step and loss
 
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        self._rng_checkpoint = resume_from_checkpoint if isinstance(resume_from_checkpoint, str) else None
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def _restore_rng_skipped_with_the_data_skip(self) -> None:
+        """transformers (5.24 `Trainer._run_epoch`) restores a checkpoint's generator states only in its data-skip
+        branch or at an epoch boundary; with `ignore_data_skip` (a stream resumes from its saved data position) a
+        resume in the middle of an epoch never restored them, so device-side augmentation and drop path drew from the
+        fresh seed. Restore them here, before the first resumed step's forward: where the Trainer's own skip branch
+        does (after the first batch is fetched)."""
+        checkpoint, self._rng_checkpoint = getattr(self, "_rng_checkpoint", None), None
+        if checkpoint is not None and self.args.ignore_data_skip and (self.state.epoch or 0.0) % 1:
+            self._load_rng_state(checkpoint)
+
     def training_step(self, model, inputs, num_items_in_batch=None):
+        self._restore_rng_skipped_with_the_data_skip()
         self.faults.before_training_step(model, self.state.global_step + 1)
         loss = super().training_step(model, inputs, num_items_in_batch=num_items_in_batch)
         self.nonfinite.after_training_step(model)

@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from hf_vit_scaling.training.checkpoints import mark_checkpoint_complete
-from tests.helpers.launchers import error_lines, read_json, run_recipe
+from tests.helpers.launchers import DS_CONFIGS, error_lines, read_json, run_recipe
 
 STEPS, SAVE_EVERY = 12, 6
 # The user's command (plain Trainer: no --ds_config), after TINY_ARGS (the later flag wins).
@@ -101,3 +101,24 @@ def test_a_checkpoint_missing_a_tensor_stops_the_resume_with_one_error_line(unin
     (line,) = error_lines(proc.stderr)
     assert str(folder) in line and "vit.layers.1.mlp.fc2.weight" in line, line
     assert not (out / "checkpoint-12").exists()
+
+
+def test_a_zero2_checkpoint_resumed_without_its_engine_stops_with_one_error_line(uninterrupted, tmp_path):
+    """The user's commands: 6 steps under ZeRO-2, then the resume without --ds_config. The AdamW moments are in
+    global_step6/, which the plain Trainer does not read: it used to load the weights, start AdamW from zero and
+    end "Done" without a word. The reverse (a plain checkpoint under ZeRO-2) is refused alike."""
+    zero2 = ["--ds_config", str(DS_CONFIGS / "zero2.json")]
+    out = tmp_path / "zero2"
+    run_recipe(out, *COMMON, *zero2, "--max_steps", str(SAVE_EVERY))
+    resumed = run_recipe(out, *COMMON, "--max_steps", str(STEPS), "--resume_from_checkpoint", "latest", check=False)
+    assert resumed.returncode == 2, resumed.stderr[-3000:]
+    (line,) = error_lines(resumed.stderr)
+    assert "DeepSpeed ZeRO-2" in line and "plain Trainer" in line and str(out / "checkpoint-6") in line, line
+    assert not (out / "checkpoint-12").exists() and "Done" not in resumed.stdout
+
+    plain = uninterrupted / "checkpoint-6"
+    other = run_recipe(tmp_path / "other", *COMMON, *zero2, "--max_steps", str(STEPS), "--resume_from_checkpoint",
+                       plain, check=False)  # fmt: skip
+    assert other.returncode == 2, other.stderr[-3000:]
+    (line,) = error_lines(other.stderr)
+    assert "plain Trainer" in line.split("but this run")[0] and "ZeRO-2" in line.split("but this run")[1], line

@@ -12,6 +12,7 @@ import torch
 from datasets import IterableDataset
 from datasets.distributed import split_dataset_by_node
 
+from hf_vit_scaling.data.sample_randomness import sample_seed, seeded_draws
 from hf_vit_scaling.data.streaming.position import (
     POSITION_DIRNAME,
     POSITION_FORMAT,
@@ -153,7 +154,8 @@ class StreamingTrainData(torch.utils.data.IterableDataset):
         examples, batches, pending = start.examples, start.batches, []
         for row in rows:
             examples += 1
-            pending.append({**self.to_example(row), "sample_index": row[SAMPLE_ID]})
+            with seeded_draws(self.seed, self._pass_index, row[SAMPLE_ID]):  # the row's own host draws
+                pending.append({**self.to_example(row), "sample_index": row[SAMPLE_ID]})
             if len(pending) == self.batch_size:
                 batches += 1
                 yield self._batch(pending, worker, examples, batches, stream if keep_state else None)
@@ -184,6 +186,9 @@ class _quiet_buffer_reload:
         self.logger.removeFilter(self.drop)
 
 
+LOADER_ROW = 2**64 - 1  # a row number no data set reaches: the pass's loader seed is no row's seed
+
+
 def _keep(item):
     return item
 
@@ -212,8 +217,13 @@ class StreamLoader:
                 )
             position = StreamPosition.start(self.data.num_workers, position.pass_index + 1)
 
-    def _dataloader(self):
+    def _dataloader(self, pass_index: int):
+        """One pass's DataLoader. Its own generator, seeded from (seed, pass): the workers' base seed is drawn from
+        it, not from torch's default stream, whose position the checkpoint saves (a new pass started just after a
+        checkpoint would otherwise shift every later device-side draw of an uninterrupted run against a resumed one).
+        The host transforms draw per row (`seeded_draws`), so the workers' seeds decide nothing they make."""
         workers = self.args.dataloader_num_workers
+        generator = torch.Generator().manual_seed(sample_seed(self.data.seed, pass_index, LOADER_ROW))
         extra = {}
         if workers > 0:
             extra = {
@@ -221,7 +231,8 @@ class StreamLoader:
                 "multiprocessing_context": self.args.dataloader_multiprocessing_context,
             }
         return torch.utils.data.DataLoader(self.data, batch_size=None, num_workers=workers, collate_fn=_keep,
-                                           pin_memory=self.args.dataloader_pin_memory, **extra)  # fmt: skip
+                                           pin_memory=self.args.dataloader_pin_memory, generator=generator,
+                                           **extra)  # fmt: skip
 
     def _one_pass(self, position: StreamPosition):
         """Yield the pass's batches in worker order, updating `position`; returns how many were yielded."""
@@ -229,7 +240,7 @@ class StreamLoader:
         n = len(position.workers)
         waiting = [deque() for _ in range(n)]
         given = 0
-        for item in self._dataloader():
+        for item in self._dataloader(position.pass_index):
             worker = item["stream_end"] if "stream_end" in item else item["stream_worker"][0]
             waiting[worker].append(item)
             while not all(w.exhausted for w in position.workers):

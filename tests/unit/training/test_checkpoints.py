@@ -7,6 +7,7 @@ import pytest
 
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.training.checkpoints import (
+    check_optimizer_state,
     checkpoint_problem,
     mark_checkpoint_complete,
     needs_universal_checkpoint,
@@ -65,3 +66,55 @@ def test_marker_is_written_atomically_and_lists_sizes(tmp_path):
     assert marker["files"]["model.safetensors"] == 100 and marker["world_size"] == 2 and marker["step"] == 4
     assert not list(folder.glob("*.tmp-*"))
     assert checkpoint_problem(str(folder)) is None
+
+
+# The optimizer files each engine's checkpoint holds, as the Trainer writes them (seen in real checkpoints).
+LAYOUTS = {
+    ("deepspeed", 0): ["latest:global_step6", "global_step6/mp_rank_00_model_states.pt"],
+    ("deepspeed", 2): ["latest:global_step6", "global_step6/mp_rank_00_model_states.pt",
+                       "global_step6/zero_pp_rank_0_mp_rank_00_optim_states.pt"],
+    ("deepspeed", 3): ["latest:global_step6", "global_step6/zero_pp_rank_0_mp_rank_00_model_states.pt",
+                       "global_step6/zero_pp_rank_0_mp_rank_00_optim_states.pt"],
+    ("fsdp", None): ["optimizer_0/__0_0.distcp"],
+    ("trainer", None): ["optimizer.pt"],
+}  # fmt: skip
+
+
+def _saved_by(folder, layout: list[str], stage: int | None = None, marker: bool = True):
+    for entry in ["model.safetensors", "scheduler.pt", "trainer_state.json", *layout]:
+        name, _, text = entry.partition(":")
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text or "x")
+    if marker:
+        mark_checkpoint_complete(str(folder), 6, 1, stage)
+    return str(folder)
+
+
+@pytest.mark.parametrize("marker", [True, False])
+@pytest.mark.parametrize("saved", list(LAYOUTS))
+def test_a_checkpoint_resumes_only_with_the_engine_that_holds_its_optimizer_state(tmp_path, saved, marker):
+    folder = _saved_by(tmp_path, LAYOUTS[saved], saved[1], marker)
+    for asked in LAYOUTS:
+        if asked == saved:
+            check_optimizer_state(folder, *asked)
+            continue
+        with pytest.raises(UserInputError) as err:
+            check_optimizer_state(folder, *asked)
+        message = str(err.value)
+        assert folder in message and "Fix:" in message
+        words = {"fsdp": "FSDP2", "trainer": "plain Trainer"}.get(saved[0], f"ZeRO-{saved[1]}")
+        if saved == ("deepspeed", 2) and not marker:
+            words = "ZeRO-1 or 2"  # the files of ZeRO-1 and 2 look alike; only the marker says which
+        assert words in message.split("but this run")[0]
+
+
+def test_zero2_offload_loads_a_zero2_checkpoint(tmp_path):
+    """Offloading moves the states in memory, not the files' layout: the same stage is the same checkpoint."""
+    check_optimizer_state(_saved_by(tmp_path, LAYOUTS[("deepspeed", 2)], 2), "deepspeed", 2)
+
+
+def test_a_checkpoint_without_optimizer_state_is_refused(tmp_path):
+    """--save_only_model: weights, schedule and state, no moments."""
+    folder = _saved_by(tmp_path, [])
+    with pytest.raises(UserInputError, match="holds no optimizer state .*--save_only_model"):
+        check_optimizer_state(folder, "trainer", None)
