@@ -29,6 +29,9 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from hf_vit_scaling import load_throughput_report
+from hf_vit_scaling.arguments.field_checks import make_output_folder
+from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.log import exit_code_for
 from hf_vit_scaling.planning.studies import (
     RESULT_FIELDS,
     STUDY_COLUMNS,
@@ -92,6 +95,19 @@ class StudyArguments:
     master_addr: str = field(default="127.0.0.1", metadata={"help": "Address of node 0 (multi-node)."})
     master_port: int = field(default=29400, metadata={"help": "Base port; cell k uses master_port + k."})
     timeout_s: int = field(default=1800, metadata={"help": "Per-run time limit; a run past it is recorded as failed."})
+
+    def __post_init__(self):
+        at_least = {"per_device_batch_size": 1, "global_batch_size": 1, "max_per_device_batch": 1,
+                    "threads_per_process": 1, "nnodes": 1, "node_rank": 0, "master_port": 1,
+                    "timeout_s": 1}  # fmt: skip
+        for flag, low in at_least.items():
+            if getattr(self, flag) < low:
+                raise UserInputError(f"--{flag} must be >= {low}, got {getattr(self, flag)}. Fix: pass {low} or more.")
+        if not 0.0 < self.weak_fraction_per_process <= 1.0:
+            raise UserInputError(
+                f"--weak_fraction_per_process must be in (0, 1], got {self.weak_fraction_per_process}. "
+                "Fix: e.g. 0.1 (the study's share per process)."
+            )
 
 
 def _ints(text: str) -> list[int]:
@@ -400,9 +416,12 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     own = argv[: argv.index("--")] if "--" in argv else argv
-    (a,) = HfArgumentParser(StudyArguments).parse_args_into_dataclasses(own)
+    try:
+        (a,) = HfArgumentParser(StudyArguments).parse_args_into_dataclasses(own)
+        make_output_folder("output_dir", a.output_dir)
+    except UserInputError as err:
+        return exit_code_for(err)
     grid = build_grid(a)
-    os.makedirs(a.output_dir, exist_ok=True)
     n_train = count_train_images(extra) if a.study == "weak" else 0
     rows = [run_cell(a, cell, i, len(grid), extra, n_train) for i, cell in enumerate(grid)]
     if a.node_rank == 0:

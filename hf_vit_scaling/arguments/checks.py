@@ -3,7 +3,7 @@
 
 import os
 
-from hf_vit_scaling.arguments.field_checks import refuse_given_flags, require_folder, require_in_range
+from hf_vit_scaling.arguments.field_checks import make_output_folder, refuse_given_flags, require_in_range
 from hf_vit_scaling.arguments.regularization import check_regularization
 from hf_vit_scaling.arguments.streaming import check_streaming
 from hf_vit_scaling.errors import UserInputError
@@ -68,6 +68,7 @@ def check_balance_batches(mode: str, training_args) -> None:
 POSITIVE_TRAINING_FLAGS = (
     "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps", "learning_rate",
 )  # fmt: skip
+STEP_INTERVAL_FLAGS = ("logging_steps", "eval_steps", "save_steps")
 
 
 # TrainingArguments' numbers outside these ranges are surely wrong, and it accepts them (a negative --weight_decay
@@ -81,6 +82,7 @@ TRAINING_RANGES = {
     "max_grad_norm": (0, None, False, "1.0 (0 turns clipping off)"),
     "label_smoothing_factor": (0, 1, False, 0.1),
     "warmup_steps": (0, None, False, "0.05 (below 1: a fraction of the steps)"),
+    "dataloader_num_workers": (0, None, False, "2 (0 loads in the main process)"),
 }
 
 
@@ -90,10 +92,9 @@ def check_training_values(values: dict) -> None:
 
 
 def check_output_dir(training_args) -> None:
-    """The Trainer makes --output_dir with os.makedirs after the data and model loaded: a file there crashes it."""
-    require_folder(
-        "output_dir", training_args.output_dir, "pass a folder, or a path where one can be made.", created=True
-    )
+    """The Trainer makes --output_dir with os.makedirs after the data and model loaded: a file there, or a place no
+    folder can be made, crashed it then."""
+    make_output_folder("output_dir", training_args.output_dir)
 
 
 def check_training_numbers(training_args) -> None:
@@ -102,6 +103,13 @@ def check_training_numbers(training_args) -> None:
         value = getattr(training_args, flag)
         if value <= 0:
             raise UserInputError(f"--{flag} must be positive, got {value}. Fix: pass a value above 0.")
+    for flag in STEP_INTERVAL_FLAGS:  # TrainingArguments takes a negative interval and the run trains on
+        value = getattr(training_args, flag)
+        if value is not None and value <= 0:
+            raise UserInputError(
+                f"--{flag} must be above 0 (a number of steps, or below 1 a fraction of the run), got {value}. "
+                f"Fix: e.g. --{flag} 100."
+            )
     if training_args.max_steps == 0 or (training_args.max_steps < 0 and training_args.num_train_epochs <= 0):
         raise UserInputError(
             f"nothing to train: --num_train_epochs {training_args.num_train_epochs}, --max_steps "

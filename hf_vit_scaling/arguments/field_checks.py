@@ -89,6 +89,16 @@ def require_folder(flag: str, path: str | None, fix: str, created: bool = False)
         raise UserInputError(f"--{flag} {path!r} is inside {parent!r}, which is a file, not a folder. Fix: {fix}")
 
 
+def make_output_folder(flag: str, path: str, fix: str = "pass a folder, or a path where one can be made.") -> None:
+    """Make the folder `--flag` names now, before any expensive work (the run would make it later), or one error:
+    a file in the way, or a place no folder can be made (read-only, no permission, /proc)."""
+    require_folder(flag, path, fix, created=True)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        raise UserInputError(f"--{flag} {path!r} cannot be made ({err.strerror or err}). Fix: {fix}") from err
+
+
 def require_file(flag: str, path: str | None, fix: str) -> None:
     """`path`, when set, is a file (not a folder); else one error naming the flag and the fix."""
     if not path or os.path.isfile(path):

@@ -114,9 +114,34 @@ def _refuse_unknown(parser: HfArgumentParser, given: list[str], where: str = "")
         )
 
 
-def _read_args_file(path: str) -> dict:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f) if path.endswith(".json") else yaml.safe_load(f)
+def parse_problem(err: Exception) -> str:
+    """A JSON/YAML parse error on one line: YAML's context and problem each with its line ("while parsing a flow
+    sequence (line 2, column 16): expected ',' or ']', but got '<stream end>' (line 3, column 1)")."""
+    if not hasattr(err, "problem_mark"):
+        return " ".join(str(err).split())
+    parts = []
+    for text, mark in ((err.context, err.context_mark), (err.problem, err.problem_mark)):
+        if text:
+            parts.append(f"{text} (line {mark.line + 1}, column {mark.column + 1})" if mark else text)
+    return ": ".join(parts)
+
+
+def _read_args_file(path: str, flag: str | None = None) -> dict:
+    """The values of a .json/.yaml file, or one error naming it (and `flag`, when a flag gave it), where the parser
+    stopped and the fix, for a file that is not valid JSON/YAML or does not hold a mapping of flag names."""
+    where = f"--{flag} {path!r}" if flag else f"Arguments file {path!r}"
+    kind = "JSON" if path.endswith(".json") else "YAML"
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f) if path.endswith(".json") else yaml.safe_load(f)
+    except (json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as err:
+        raise UserInputError(f"{where} is not valid {kind} ({parse_problem(err)}). Fix: correct the file.") from err
+    if values is not None and not isinstance(values, dict):
+        raise UserInputError(
+            f"{where} holds a {type(values).__name__}, not a mapping of flag names to values. Fix: write one "
+            "`flag_name: value` per line."
+        )
+    return values
 
 
 def _resolve_ds_config(values: dict) -> None:
@@ -141,10 +166,7 @@ def check_fsdp_config_file(path) -> None:
     if not isinstance(path, str) or path.lstrip().startswith("{"):
         return
     require_file("fsdp_config", path, "pass a file from fsdp_configs/.")
-    try:
-        _read_args_file(path)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UserInputError(f"--fsdp_config {path!r} is not valid JSON ({err}). Fix: correct the file.") from err
+    _read_args_file(path, flag="fsdp_config")
 
 
 def _option_value(argv: list[str], name: str) -> str | None:

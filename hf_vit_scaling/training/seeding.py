@@ -17,8 +17,10 @@ Every device-side augmentation (`data.device_transforms`, `regularization.batch_
 `rand_augment`) and drop path draw from the default generators, so all of these follow. The host transforms (crop,
 flip, shift on the per_sample and host_crop paths) do not: each training row draws from its own seed, (seed, epoch,
 row) (`data.sample_randomness`), so ranks differ because they read different rows, and the draws do not depend on
-the DataLoader's workers or on where a resume restores the default generators. A resume stays exact: the Trainer saves each process's generator states in every
-checkpoint (`rng_state_{rank}.pth`) and restores them after `on_train_begin`. The training sampler's order does not
+the DataLoader's workers or on where a resume restores the default generators.
+
+A resume stays exact: the Trainer saves each process's generator states in every checkpoint (`rng_state_{rank}.pth`)
+and restores them after `on_train_begin`. The training sampler's order does not
 follow the reseeded generator: `data_seed` is set to `--seed` when not given (`pin_data_order_seed`), so every rank
 shuffles the data set the same way and takes its own shard, as before.
 """

@@ -5,6 +5,7 @@ own `python recipes/train_vit.py` process (the exit status); the refusals of --b
 one torchrun launch of 2 processes, main() per case on each rank (the message comes once, from the main process)."""
 
 import json
+import sys
 
 import pytest
 from datasets import Value
@@ -18,6 +19,7 @@ from tests.helpers.launchers import (
     error_lines,
     fsdp_args,
     read_json,
+    run,
     run_recipe,
     run_script,
 )
@@ -105,6 +107,28 @@ CASES = {
         ["--weight_decay must be >= 0, got -0.1", "e.g. --weight_decay 0.05"],
     ),
     "unknown flag": (lambda t: ["--no_such_flag", "1"], ["--no_such_flag is not a flag", "--help"]),
+    "config file with a YAML syntax error": (
+        lambda t: [str(t / "bad.yaml")],  # the config file comes first, the case's flags after it
+        ["bad.yaml", "is not valid YAML", "line 2", "Fix: correct the file"],
+    ),
+    "config file holding a list": (lambda t: [str(t / "list.yaml")], ["list.yaml", "not a mapping of flag names"]),
+    "negative dataloader_num_workers": (
+        lambda t: ["--dataloader_num_workers", "-1"],
+        ["--dataloader_num_workers must be >= 0, got -1", "Fix:"],
+    ),
+    "output_dir where no folder can be made": (
+        lambda t: ["--output_dir", "/proc/nope/out"],
+        ["--output_dir '/proc/nope/out' cannot be made", "Fix:"],
+    ),
+    "negative eval_steps": (
+        lambda t: ["--eval_strategy", "steps", "--eval_steps", "-3"],
+        ["--eval_steps must be above 0", "got -3", "Fix:"],
+    ),
+    "negative save_steps": (
+        lambda t: ["--save_strategy", "steps", "--save_steps", "-2"],
+        ["--save_steps must be above 0", "got -2", "Fix:"],
+    ),
+    "negative logging_steps": (lambda t: ["--logging_steps", "-1"], ["--logging_steps must be above 0", "got -1"]),
     "distillation flag without a teacher": (
         lambda t: ["--distillation_tau", "2"],
         ["--distillation_tau without --teacher_model", "Fix: add --teacher_model"],
@@ -185,6 +209,8 @@ shutdown_distributed()  # a case may have started the process group; gloo must b
 
 def write_case_files(folder) -> None:
     (folder / "bad.json").write_text("{ this is not json")
+    (folder / "bad.yaml").write_text("model_preset: vit-tiny-cpu\nlearning_rate: [1e-3\n")
+    (folder / "list.yaml").write_text("- learning_rate\n- 1e-3\n")
     (folder / "v1.json").write_text(json.dumps({"version": 1, "transformer_layer_cls_to_wrap": ["ViTLayer"]}))
     (folder / "stage5.json").write_text(json.dumps({"zero_optimization": {"stage": 5}}))
     (folder / "conflict.json").write_text(
@@ -203,7 +229,10 @@ def refuse_each(root, cases: dict, nproc: int = 1) -> tuple[list[dict], dict]:
         folder.mkdir()
         write_case_files(folder)
         outs[name] = folder / "out"
-        argvs[name] = ["--output_dir", str(outs[name]), *TINY_ARGS, *map(str, make_args(folder)), "--max_steps", "2"]
+        args = list(map(str, make_args(folder)))
+        config_file = args[:1] if args and args[0].endswith((".yaml", ".json")) else []  # first, as users pass it
+        argvs[name] = [*config_file, "--output_dir", str(outs[name]), *TINY_ARGS, *args[len(config_file):],
+                       "--max_steps", "2"]  # fmt: skip
     (root / "cases.json").write_text(json.dumps(argvs))
     results = str(root / "results.rank{rank}.json")
     launcher = "torchrun" if nproc > 1 else "python"
@@ -277,3 +306,36 @@ def test_two_process_setups_are_refused_before_loading(two_process_refusals, cas
         assert text in errors[0], errors[0]
     assert "Traceback" not in rank0[case]["stderr"] + rank1[case]["stderr"]
     assert not outs[case].exists() or list(outs[case].rglob("*")) == []
+
+
+# The other scripts' siblings of the cases above: an output folder that cannot be made, a count below its floor.
+SCRIPT_CASES = {
+    "prepare_shards output_dir in /proc": (
+        ["recipes/prepare_shards.py", "--output_dir", "/proc/nope/shards", "--size", "16"],
+        ["--output_dir '/proc/nope/shards' cannot be made", "Fix:"],
+    ),
+    "scaling_study output_dir in /proc": (
+        ["recipes/scaling_study.py", "--study", "batch", "--output_dir", "/proc/nope/study"],
+        ["--output_dir '/proc/nope/study' cannot be made", "Fix:"],
+    ),
+    "scaling_study negative global batch": (
+        ["recipes/scaling_study.py", "--study", "strong", "--output_dir", "OUT", "--global_batch_size", "-64"],
+        ["--global_batch_size must be >= 1, got -64", "Fix:"],
+    ),
+    "scaling_study zero weak fraction": (
+        ["recipes/scaling_study.py", "--study", "weak", "--output_dir", "OUT", "--weak_fraction_per_process", "0"],
+        ["--weak_fraction_per_process must be in (0, 1]", "Fix:"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SCRIPT_CASES))
+def test_the_other_scripts_refuse_bad_input_with_one_error_line(tmp_path, case):
+    argv, expected = SCRIPT_CASES[case]
+    out = tmp_path / "out"
+    proc = run([sys.executable, *[str(out) if a == "OUT" else a for a in argv]], timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = error_lines(proc.stderr)
+    assert all(text in line for text in expected), line
+    assert "Traceback" not in proc.stderr
+    assert not out.exists() or list(out.iterdir()) == []
