@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 
-from hf_vit_scaling.arguments.field_checks import make_output_folder
+from hf_vit_scaling.arguments.field_checks import require_writable_folder
 from hf_vit_scaling.data.prepare import SourceSpec, prepare_shards
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.log import exit_code_for, setup_logging
@@ -67,7 +67,7 @@ def parse(argv=None) -> argparse.Namespace:
     for flag in ("size", "shard_rows", "num_proc"):
         if getattr(args, flag) < 1:
             raise UserInputError(f"--{flag} must be >= 1, got {getattr(args, flag)}. Fix: pass 1 or more.")
-    make_output_folder("output_dir", args.output_dir)
+    require_writable_folder("output_dir", args.output_dir)
     return args
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from hf_vit_scaling import load_throughput_report
-from hf_vit_scaling.arguments.field_checks import make_output_folder
+from hf_vit_scaling.arguments.field_checks import require_writable_folder
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.log import exit_code_for
 from hf_vit_scaling.planning.studies import (
@@ -418,10 +418,11 @@ def main(argv=None) -> int:
     own = argv[: argv.index("--")] if "--" in argv else argv
     try:
         (a,) = HfArgumentParser(StudyArguments).parse_args_into_dataclasses(own)
-        make_output_folder("output_dir", a.output_dir)
+        require_writable_folder("output_dir", a.output_dir)
     except UserInputError as err:
         return exit_code_for(err)
     grid = build_grid(a)
+    os.makedirs(a.output_dir, exist_ok=True)
     n_train = count_train_images(extra) if a.study == "weak" else 0
     rows = [run_cell(a, cell, i, len(grid), extra, n_train) for i, cell in enumerate(grid)]
     if a.node_rank == 0:

@@ -3,7 +3,7 @@
 
 import os
 
-from hf_vit_scaling.arguments.field_checks import make_output_folder, refuse_given_flags, require_in_range
+from hf_vit_scaling.arguments.field_checks import refuse_given_flags, require_in_range, require_writable_folder
 from hf_vit_scaling.arguments.regularization import check_regularization
 from hf_vit_scaling.arguments.streaming import check_streaming
 from hf_vit_scaling.errors import UserInputError
@@ -94,7 +94,7 @@ def check_training_values(values: dict) -> None:
 def check_output_dir(training_args) -> None:
     """The Trainer makes --output_dir with os.makedirs after the data and model loaded: a file there, or a place no
     folder can be made, crashed it then."""
-    make_output_folder("output_dir", training_args.output_dir)
+    require_writable_folder("output_dir", training_args.output_dir)
 
 
 def check_training_numbers(training_args) -> None:

@@ -4,6 +4,7 @@ naming the flag."""
 import dataclasses
 import math
 import os
+import tempfile
 import types
 import typing
 
@@ -89,12 +90,17 @@ def require_folder(flag: str, path: str | None, fix: str, created: bool = False)
         raise UserInputError(f"--{flag} {path!r} is inside {parent!r}, which is a file, not a folder. Fix: {fix}")
 
 
-def make_output_folder(flag: str, path: str, fix: str = "pass a folder, or a path where one can be made.") -> None:
-    """Make the folder `--flag` names now, before any expensive work (the run would make it later), or one error:
-    a file in the way, or a place no folder can be made (read-only, no permission, /proc)."""
+WRITABLE_FIX = "pass a folder, or a path where one can be made."
+
+
+def require_writable_folder(flag: str, path: str, fix: str = WRITABLE_FIX) -> None:
+    """`--flag`'s folder exists, or can be made where it is asked for: a file in the way, or a place no folder can be
+    made (read-only, no permission, /proc), gives one error now rather than a traceback after the expensive work.
+    Checked by making and removing a temporary folder in the nearest existing folder: nothing is left behind."""
     require_folder(flag, path, fix, created=True)
+    where = path if os.path.isdir(path) else _nearest_existing(path)
     try:
-        os.makedirs(path, exist_ok=True)
+        os.rmdir(tempfile.mkdtemp(prefix=".write-check-", dir=where))
     except OSError as err:
         raise UserInputError(f"--{flag} {path!r} cannot be made ({err.strerror or err}). Fix: {fix}") from err
 

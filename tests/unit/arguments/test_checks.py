@@ -90,7 +90,7 @@ def test_training_numbers_out_of_range_are_refused_with_the_range(tmp_path, flag
 
 def test_training_numbers_at_the_edges_of_their_ranges_pass(tmp_path):
     edges = {"weight_decay": 0, "adam_beta1": 0, "adam_beta2": 0, "adam_epsilon": 0, "max_grad_norm": 0,
-             "label_smoothing_factor": 0, "warmup_steps": 0}  # fmt: skip
+             "label_smoothing_factor": 0, "warmup_steps": 0, "dataloader_num_workers": 0}  # fmt: skip
     assert set(edges) == set(TRAINING_RANGES)
     argv = [arg for flag, value in edges.items() for arg in (f"--{flag}", str(value))]
     training = parse_args(["--output_dir", str(tmp_path), *argv]).training
@@ -104,4 +104,5 @@ def test_output_dir_must_be_a_folder_or_a_path_where_one_can_be_made(tmp_path):
         with pytest.raises(UserInputError, match=re.escape(f"--output_dir '{out}' {words}")):
             parse_args(["--output_dir", str(out)])
     assert parse_args(["--output_dir", str(tmp_path / "new" / "run")]).training.output_dir.endswith("new/run")
+    assert not (tmp_path / "new").exists()  # checked, not made: a later refusal leaves nothing behind
     assert parse_args(["--output_dir", str(tmp_path)]).training.output_dir == str(tmp_path)
