@@ -53,6 +53,7 @@ from hf_vit_scaling.training.checkpoints import (
     write_json_atomically,
 )
 from hf_vit_scaling.training.distillation import DistillationLoss, Teacher
+from hf_vit_scaling.training.hub import push_trained_model
 from hf_vit_scaling.training.imbalance import class_weighting_loss
 from hf_vit_scaling.training.learning_rate import apply_lr_scaling
 from hf_vit_scaling.training.model_hooks import attach_model_hooks
@@ -349,7 +350,7 @@ def finish_run(trainer, train_result, world: World, inputs: TrainerInputs, score
 
     trainer.write_model_card(eval_metrics)
     if trainer.args.push_to_hub:
-        trainer.push_to_hub()  # our create_model_card writes the same card before the upload
+        push_trained_model(trainer)  # our create_model_card writes the same card before the upload
     noted = "".join(f", {n} {what}" for what, n in skips.items() if n)
     logger.info(f"Done: {trainer.args.output_dir} ({score} {eval_metrics.get(f'eval_{score}', float('nan')):.4f}, "
                 f"{world.engine.label()}, {trainer.args.world_size} process(es){noted})")  # fmt: skip

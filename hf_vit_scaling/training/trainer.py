@@ -54,6 +54,9 @@ from hf_vit_scaling.training.checkpoints import (
     prepare_world_size_change,
 )
 from hf_vit_scaling.training.faults import FaultInjector
+from hf_vit_scaling.training.hub import network_errors, refuse_rejected_token, rejected
+from hf_vit_scaling.training.hub import where as hub_where
+from hf_vit_scaling.training.hub import why as hub_why
 from hf_vit_scaling.training.seeding import PerRankRandomness, pin_data_order_seed
 
 TRACE_DIRNAME = "sample_trace"
@@ -129,7 +132,9 @@ class VitTrainer(Trainer):
                  layer_decay: float | None = None, ema=None, **kwargs):  # fmt: skip
         if kwargs.get("args") is not None:
             pin_data_order_seed(kwargs["args"])  # before the Trainer reads it into its data loader configuration
+        self._starting = True  # `init_hf_repo` runs inside the Trainer's __init__
         super().__init__(*args, **kwargs)
+        self._starting = False
         sp_size = sequence_parallel.sp_size if sequence_parallel is not None else 1
         self.add_callback(PerRankRandomness(sp_size))  # augmentation and drop path differ across data-parallel ranks
         host_draws = getattr(self.train_dataset, "randomness", None)
@@ -336,12 +341,28 @@ class VitTrainer(Trainer):
     # ------------------------------------------------------------------ checkpoints
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """The Trainer's save; with FSDP2 and SHARDED_STATE_DICT it writes nothing for the final model (checkpoints
-        keep their per-rank shards), so gather the full state dict there (a collective) and save plain
-        safetensors, as FULL_STATE_DICT does."""
-        super().save_model(output_dir, _internal_call)
+        """The Trainer's save, without its upload (`hub.push_trained_model` uploads once, when the run's folder is
+        complete); with FSDP2 and SHARDED_STATE_DICT it writes nothing for the final model (checkpoints keep their
+        per-rank shards), so gather the full state dict there (a collective) and save plain safetensors, as
+        FULL_STATE_DICT does."""
+        super().save_model(output_dir, _internal_call=True)  # transformers 5.24: `_internal_call` only skips the push
         if not _internal_call and self._fsdp_saves_shards():
             self._save(output_dir, state_dict=self.accelerator.get_state_dict(self.model))
+
+    def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
+        """--push_to_hub: the Trainer creates the repo as it starts. A rejected token stops the run then, before any
+        training; an endpoint that cannot be reached is a warning, and the final upload tries again
+        (`training.hub`)."""
+        try:
+            super().init_hf_repo(token=token, private=private)
+        except network_errors() as err:
+            if not self._starting:
+                raise
+            if rejected(err):
+                raise refuse_rejected_token(err, self.args.hub_model_id) from err
+            repo = hub_where(self.args.hub_model_id)
+            logger.warning(f"warning: --push_to_hub: {repo} could not be reached ({hub_why(err)}); training goes "
+                           "on, and the upload is tried again when it ends.")  # fmt: skip
 
     def _fsdp_saves_shards(self) -> bool:
         return self.is_fsdp_enabled and "SHARDED" in str(self.accelerator.state.fsdp_plugin.state_dict_type)
