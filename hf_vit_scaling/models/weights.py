@@ -23,3 +23,25 @@ def some_keys(keys) -> str:
     keys = sorted(keys)
     more = f" and {len(keys) - SHOWN_KEYS} more" if len(keys) > SHOWN_KEYS else ""
     return ", ".join(keys[:SHOWN_KEYS]) + more
+
+
+def loading_problems(info: dict) -> str | None:
+    """`from_pretrained(..., output_loading_info=True)`'s report as one phrase, or None when every tensor of the
+    model came from the checkpoint and every checkpoint tensor went into the model (transformers only warns)."""
+    kinds = (("missing", "missing_keys"), ("unexpected", "unexpected_keys"), ("of another shape", "mismatched_keys"))
+    parts = []
+    for words, key in kinds:
+        keys = [k[0] if isinstance(k, tuple) else k for k in info.get(key) or ()]
+        if keys:
+            parts.append(f"{len(keys)} {words} ({some_keys(keys)})")
+    return "; ".join(parts) or None
+
+
+def from_pretrained_strictly(model_cls, path: str, error_cls, what: str, fix: str, **kwargs):
+    """`model_cls.from_pretrained(path)`, every tensor or `error_cls` naming the keys: `from_pretrained` fills a
+    tensor missing from the checkpoint with random values and only warns."""
+    model, info = model_cls.from_pretrained(path, output_loading_info=True, **kwargs)
+    problem = loading_problems(info)
+    if problem:
+        raise error_cls(f"{what} {path!r} does not hold every tensor of its model: {problem}. Fix: {fix}")
+    return model

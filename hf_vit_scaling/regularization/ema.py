@@ -28,6 +28,11 @@ def _is_partitioned(model: torch.nn.Module) -> bool:
     return any(hasattr(p, "ds_id") for p in model.parameters())
 
 
+def checkpoint_step(folder: str) -> int:
+    """The optimizer step a checkpoint folder was saved at (`checkpoint-N`)."""
+    return int(os.path.basename(os.path.normpath(folder)).rsplit("-", 1)[-1])
+
+
 class EMACallback(TrainerCallback):
     """ema_k = d ema_(k-1) + (1 - d) w_k after optimizer step k, from ema_0 = the weights at the start of training:
     ema_k = d^k w_0 + (1 - d) sum_j d^(k-j) w_j. 1 / (1 - d) is about how many steps it averages over (0.999: the
@@ -45,6 +50,7 @@ class EMACallback(TrainerCallback):
         self.resume_from = resume_from
         self.shadow: dict[str, torch.Tensor] | None = None
         self.global_step = 0  # the optimizer step the EMA includes
+        self.best_step: int | None = None  # set when the EMA was put back to the best checkpoint's at the end
         # Steps whose optimizer update was left out (--on_nonfinite_loss skip); the trainer shares its list. The
         # weights did not move on such a step, so averaging them in again would pull the EMA toward them: skipped.
         self.skipped_steps: list[int] = []
@@ -62,6 +68,18 @@ class EMACallback(TrainerCallback):
         else:
             self.shadow = {name: p.detach().float().clone() for name, p in model.named_parameters()}
             self.global_step = state.global_step
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        """--load_best_model_at_end: the Trainer has put the best checkpoint's weights in the model (its
+        `_load_best_model` runs before `on_train_end`); put that checkpoint's EMA beside them, so the EMA saved and
+        evaluated with the model belongs to the same step, not the last one."""
+        best = state.best_model_checkpoint
+        if not (args.load_best_model_at_end and best and os.path.isdir(best)):
+            return
+        step = checkpoint_step(best)
+        if step != self.global_step:
+            self.load_state(best, model, step)
+            self.best_step = step
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if state.global_step not in self.skipped_steps:

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from transformers import AutoModelForImageClassification
 
 from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.models.weights import from_pretrained_strictly
 from hf_vit_scaling.models.zero3 import zero3_init_off
 from hf_vit_scaling.regularization.mixing import soft_target_cross_entropy, soft_targets
 from hf_vit_scaling.training.losses import reduce_per_image_loss
@@ -152,13 +153,16 @@ class Teacher:
 
 def load_teacher_model(path: str) -> torch.nn.Module:
     """`AutoModelForImageClassification.from_pretrained(path)` as a whole model on every rank (under ZeRO-3 the
-    Trainer's DeepSpeed config would build it partitioned); a folder that is missing or unreadable is one `error:`
-    line naming `--teacher_model`."""
+    Trainer's DeepSpeed config would build it partitioned); a folder that is missing or unreadable, or a checkpoint
+    short of a tensor (which `from_pretrained` would fill at random), is one `error:` line naming `--teacher_model`."""
     if not os.path.isdir(path):
         raise UserInputError(f"--teacher_model {path!r} is not a folder. Fix: {TEACHER_FIX}")
     try:
         with zero3_init_off():
-            return AutoModelForImageClassification.from_pretrained(path)
+            return from_pretrained_strictly(AutoModelForImageClassification, path, UserInputError,
+                                            "--teacher_model", TEACHER_FIX)  # fmt: skip
+    except UserInputError:
+        raise
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         reason = " ".join(str(err).split())[:300]
         raise UserInputError(f"--teacher_model {path!r} could not be read ({reason}). Fix: {TEACHER_FIX}") from None

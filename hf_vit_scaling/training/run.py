@@ -325,6 +325,17 @@ def report_skips(trainer) -> dict:
     return {"bad images skipped": len(bad), "non-finite steps skipped": len(trainer.skipped_steps)}
 
 
+def note_ema_step(trainer) -> None:
+    """Say in the log and the card which step the saved EMA (ema/, eval_ema_*) averages up to: the best checkpoint's
+    under --load_best_model_at_end (beside the best model), else the last step's."""
+    ema = trainer.ema
+    which = f"step {ema.global_step}" + (", the best checkpoint's, as the model" if ema.best_step is not None
+                                         else ", the last")  # fmt: skip
+    logger.info(f"EMA (decay {ema.decay:g}) saved in ema/: the average up to {which}.")
+    if trainer.model_card_facts is not None:
+        trainer.model_card_facts["setup"]["EMA (ema/)"] = f"decay {ema.decay:g}, averaged up to {which}"
+
+
 def finish_run(trainer, train_result, world: World, inputs: TrainerInputs, score: str = "accuracy") -> dict:
     """Save the model and metrics, evaluate, report skipped images, write the card, push, print the done line
     (with `eval_<score>`: MAE pretraining's is its k-NN accuracy)."""
@@ -332,6 +343,7 @@ def finish_run(trainer, train_result, world: World, inputs: TrainerInputs, score
     if trainer.ema is not None:  # the EMA weights as a second plain model beside the trained one
         with trainer.ema.applied(trainer.model):
             trainer.save_model(os.path.join(trainer.args.output_dir, "ema"))
+        note_ema_step(trainer)
     train_metrics = dict(train_result.metrics)
     if split_size(inputs.splits["train"]) is not None:  # a stream's size is known from a manifest only
         train_metrics["train_samples"] = split_size(inputs.splits["train"])

@@ -29,6 +29,7 @@ from hf_vit_scaling.medical.plots import pyplot, save_reliability_diagram, save_
 from hf_vit_scaling.medical.splits import read_split_file, split_folder_path
 from hf_vit_scaling.medical.statistics import BINARY_REPORT_METRICS, binary_report, choose_threshold
 from hf_vit_scaling.models.presets import count_parameters
+from hf_vit_scaling.models.weights import from_pretrained_strictly
 from hf_vit_scaling.training.checkpoints import write_json_atomically
 
 POSITIVE_LABEL = "yes"  # Br35H: tumour
@@ -58,7 +59,9 @@ def load_model(model_dir: str):
             f"--model_dir {model_dir!r} holds no trained model (config.json). Fix: train first "
             "(recipes/medical_brain_mri/run.sh) or point it at the recipe's --output_dir."
         )
-    model = AutoModelForImageClassification.from_pretrained(model_dir).eval()
+    fix = "point --model_dir at the recipe's --output_dir of a finished run (its model.safetensors is whole)."
+    model = from_pretrained_strictly(AutoModelForImageClassification, model_dir, UserInputError, "--model_dir", fix)
+    model.eval()
     return model, AutoImageProcessor.from_pretrained(model_dir)
 
 

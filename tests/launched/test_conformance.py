@@ -75,13 +75,15 @@ def checkpoint_weights(folder, config_dir) -> dict[str, torch.Tensor]:
     return model.state_dict()
 
 
-def first_difference(expected: dict, got: dict, rtol: float, atol: float) -> str | None:
-    """The first tensor name (and its largest difference) where `got` differs from `expected`, or None."""
+def first_difference(expected: dict, got: dict, rtol: float, atol: float, across_runs: bool = True) -> str | None:
+    """The first tensor name (and its largest difference) where `got` differs from `expected`, or None.
+    `across_runs`: two runs' weights, so the k_proj biases (AdamW steps on rounding noise) are left out; within one
+    run (a checkpoint against the model loaded from it) every tensor counts."""
     if expected.keys() != got.keys():
         missing, extra = sorted(expected.keys() - got.keys()), sorted(got.keys() - expected.keys())
         return f"other keys: missing {missing[:3]}, extra {extra[:3]}"
     for name, tensor in expected.items():
-        if name.endswith(KEY_BIAS):
+        if across_runs and name.endswith(KEY_BIAS):
             continue
         if not torch.allclose(got[name], tensor, rtol=rtol, atol=atol):
             return f"{name} (max |diff| {(got[name] - tensor).abs().max().item():.3g})"
@@ -178,6 +180,7 @@ def test_load_best_model_at_end_gives_the_best_checkpoints_weights(resumed_runs,
         checkpoint_weights(out, out),
         rtol=0,
         atol=0,
+        across_runs=False,  # the best checkpoint and the model loaded from it: bit for bit, every tensor
     )
     assert differs is None, f"{engine}, load_best_model_at_end: the final model differs from {best} at {differs}"
 

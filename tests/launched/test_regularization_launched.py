@@ -17,6 +17,7 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import ViTForImageClassification
 
 from hf_vit_scaling.training.checkpoints import checkpoint_problem
 from hf_vit_scaling.training.faults import FAULTS_ENV
@@ -150,3 +151,25 @@ def test_layer_decay_gives_each_parameter_group_its_lr(engine, launcher, nproc, 
             assert change < expected_lr(name), name
         else:
             assert change == pytest.approx(expected_lr(name), rel=1e-3), name
+
+
+def test_the_ema_saved_beside_the_best_model_is_the_best_step_s(tmp_path):
+    """--load_best_model_at_end with --ema_decay: the best checkpoint is step 2 (the highest eval loss counts as
+    best), so the model and the EMA saved at the end must both be step 2's, and the log and card say so."""
+    out = tmp_path / "best"
+    proc = run_recipe(out, *EMA_RUN, "--eval_strategy", "steps", "--eval_steps", str(SAVE_EVERY),
+                      "--load_best_model_at_end", "true", "--metric_for_best_model", "loss",
+                      "--greater_is_better", "true")  # fmt: skip
+    best = read_json(out / "trainer_state.json")["best_model_checkpoint"]
+    assert best.endswith("checkpoint-2"), best
+    saved = dict(ViTForImageClassification.from_pretrained(out / "ema").named_parameters())
+    at_best = load_file(f"{best}/ema.safetensors")
+    assert sorted(saved) == sorted(at_best)
+    differing = [name for name in at_best if not torch.equal(saved[name].detach(), at_best[name])]
+    assert differing == [], differing[:3]
+    last = load_file(out / "checkpoint-6" / "ema.safetensors")
+    assert any(not torch.equal(last[name], at_best[name]) for name in at_best)  # the last step's is another one
+    assert (
+        "EMA (decay 0.6) saved in ema/: the average up to step 2, the best checkpoint's, as the model." in proc.stdout
+    )
+    assert "averaged up to step 2, the best checkpoint's" in (out / "README.md").read_text()

@@ -78,3 +78,17 @@ def test_a_model_without_the_recipes_facts_is_not_called_from_scratch():
     assert training_summary({"model_desc": "vit-tiny-cpu trained from scratch", "setup": {}}) == (
         "vit-tiny-cpu trained from scratch"
     )
+
+
+def test_a_model_short_of_a_tensor_is_refused_not_filled_at_random(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from hf_vit_scaling.errors import UserInputError
+
+    folder = saved_model(tmp_path / "model", "vit-tiny-cpu", None)
+    tensors = load_file(folder / "model.safetensors")
+    dropped = next(key for key in sorted(tensors) if "layer.1." in key)
+    del tensors[dropped]
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(UserInputError, match=r"--model_dir .* does not hold every tensor of its model: 1 missing"):
+        load_evaluate().load_model(str(folder))

@@ -96,3 +96,28 @@ def test_ema_refuses_zero3_partitioned_parameters():
     next(model.parameters()).ds_id = 0  # what DeepSpeed ZeRO-3 sets on each partitioned parameter
     with pytest.raises(UserInputError, match="ZeRO-3"):
         EMACallback(0.9).on_train_begin(None, SimpleNamespace(global_step=0), None, model=model)
+
+
+def test_with_load_best_model_at_end_the_ema_is_the_best_checkpoint_s(tmp_path):
+    """The Trainer puts the best checkpoint's weights in the model before `on_train_end`; the EMA saved beside
+    them must be the same step's, not the last step's."""
+    model = toy_model()
+    ema = EMACallback(0.9)
+    ema.on_train_begin(None, SimpleNamespace(global_step=0), None, model=model)
+    take_steps(model, ema, 3, seed=1)
+    best = tmp_path / "checkpoint-3"
+    best.mkdir()
+    ema.save_state(str(best))
+    at_best = {n: t.clone() for n, t in ema.shadow.items()}
+    take_steps(model, ema, 3, first_step=4, seed=2)
+    last = {n: t.clone() for n, t in ema.shadow.items()}
+    assert not all(torch.equal(at_best[n], last[n]) for n in last)
+
+    args = SimpleNamespace(load_best_model_at_end=False)
+    state = SimpleNamespace(best_model_checkpoint=str(best), global_step=6)
+    ema.on_train_end(args, state, None, model=model)
+    assert all(torch.equal(ema.shadow[n], last[n]) for n in last) and ema.best_step is None  # not asked: the last
+
+    ema.on_train_end(SimpleNamespace(load_best_model_at_end=True), state, None, model=model)
+    assert all(torch.equal(ema.shadow[n], at_best[n]) for n in at_best)
+    assert ema.global_step == ema.best_step == 3

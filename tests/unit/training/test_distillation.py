@@ -152,3 +152,18 @@ def test_missing_or_unreadable_teacher_is_one_error_naming_the_flag(tmp_path):
     with pytest.raises(UserInputError, match="--teacher_model .* could not be read") as err:
         load_teacher_model(str(tmp_path / "broken"))
     assert "\n" not in str(err.value)
+
+
+def test_a_teacher_short_of_a_tensor_is_refused_not_filled_at_random(tmp_path):
+    """`from_pretrained` fills a tensor missing from the checkpoint with random values and only warns."""
+    from safetensors.torch import load_file, save_file
+
+    tiny_resnet().save_pretrained(tmp_path / "teacher")
+    weights = tmp_path / "teacher" / "model.safetensors"
+    tensors = load_file(weights)
+    dropped = sorted(tensors)[0]
+    del tensors[dropped]
+    save_file(tensors, weights, metadata={"format": "pt"})
+    with pytest.raises(UserInputError, match=r"--teacher_model .* does not hold every tensor .*1 missing") as err:
+        load_teacher_model(str(tmp_path / "teacher"))
+    assert dropped in str(err.value) and "could not be read" not in str(err.value)
