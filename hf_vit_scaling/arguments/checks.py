@@ -229,9 +229,7 @@ def validate_args(args) -> None:
     check_ds_config_against_flags(training)
     check_balance_batches(args.cluster.balance_batches, training)
     ds = getattr(training, "hf_deepspeed_config", None)
-    check_regularization(
-        args.regularization, ds.config if ds is not None else None, args.engine.sequence_parallel_size
-    )
+    check_regularization(args.regularization, ds.config if ds is not None else None)
     check_class_weighting(args)
     check_streaming(args)
     check_distillation(args)

@@ -147,7 +147,6 @@ class RegularizationArguments:
 def check_regularization(
     args: RegularizationArguments,
     ds_config: dict | None = None,
-    sequence_parallel_size: int = 1,
     input_path: str | None = None,
     resume_from: str | None = None,
 ) -> None:
@@ -172,22 +171,6 @@ def check_regularization(
                 f"--layer_decay sets per-group learning rates in the Trainer's optimizer, but the "
                 f"ds_config builds its own {' and '.join(own)}. Fix: remove the {own} section(s) "
                 "from the ds_config (the Trainer then builds both), or drop --layer_decay."
-            )
-    if sequence_parallel_size > 1:
-        # The ranks of a group share each image, but draw Mixup/CutMix and drop-path masks independently.
-        per_rank = [
-            flag
-            for flag, on in (
-                ("--mixup_alpha/--cutmix_alpha", args.mixes),
-                ("--drop_path_rate", args.drop_path_rate > 0),
-            )
-            if on
-        ]
-        if per_rank:
-            raise UserInputError(
-                f"{', '.join(per_rank)} with --sequence_parallel_size > 1: the ranks sharing an image "
-                "would draw different mixes or drop masks for it. Fix: drop these flags or use "
-                "--sequence_parallel_size 1."
             )
     if args.eval_crop_pct is not None and input_path == "per_sample":
         raise UserInputError(

@@ -66,6 +66,28 @@ def sample_trace(output_dir) -> dict:
     return steps
 
 
+def traced_lines(output_dir) -> dict[str, int]:
+    """{trace file: lines} of a run's --trace_samples files so far."""
+    folder = os.path.join(output_dir, "sample_trace")
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    with_lines = {}
+    for name in names:
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            with_lines[name] = sum(1 for _ in f)
+    return with_lines
+
+
+def steps_trained_since(output_dir, before: dict[str, int]) -> dict[str, list[int]]:
+    """{trace file: the steps trained since `before` (`traced_lines`)}: what the process(es) that ran in between
+    trained, counted from their own records, not from a log line."""
+    steps = {}
+    for name in sorted(os.listdir(os.path.join(output_dir, "sample_trace"))):
+        with open(os.path.join(output_dir, "sample_trace", name), encoding="utf-8") as f:
+            lines = f.readlines()[before.get(name, 0) :]
+        steps[name] = [json.loads(line)["step"] for line in lines]
+    return steps
+
+
 # --------------------------------------------------------------------------- fresh processes
 
 

@@ -28,7 +28,15 @@ from transformers import ViTConfig, ViTForImageClassification
 
 from hf_vit_scaling.models.presets import load_model_for_finetuning
 from tests.helpers.engine_runs import CHECK_EVERY, ENGINE_STEPS, ENGINES
-from tests.helpers.launchers import RECIPE, TINY_ARGS, launcher_cmd, read_json, run, side_by_side
+from tests.helpers.launchers import (
+    RECIPE,
+    TINY_ARGS,
+    launcher_cmd,
+    read_json,
+    run,
+    side_by_side,
+    steps_trained_since,
+)
 
 pytestmark = pytest.mark.distributed
 
@@ -114,7 +122,7 @@ def resumed_runs(engine_runs, tmp_path_factory):
             "--eval_strategy", "steps", "--eval_steps", str(CHECK_EVERY), "--max_eval_samples", "64",
             "--save_strategy", "steps", "--save_steps", str(CHECK_EVERY), "--load_best_model_at_end", "true",
             "--metric_for_best_model", "loss", "--greater_is_better", BEST_IS_HIGHER,
-            "--resume_from_checkpoint", out / f"checkpoint-{RESUME_AT}",
+            "--resume_from_checkpoint", out / f"checkpoint-{RESUME_AT}", "--trace_samples", "true",
         ]  # fmt: skip
 
     def get(engine: str, one: bool | None = None):
@@ -133,7 +141,11 @@ def resumed_runs(engine_runs, tmp_path_factory):
 
 
 def assert_resume_gives_the_reference_run(reference, out, engine: str) -> None:
-    """Steps 7-12's losses, the evaluations at 9 and 12 and checkpoint-12's weights are the reference run's."""
+    """The resumed process trained steps 7-12 and no other (two micro-batches each, on every rank, counted from its
+    own trace), and steps 7-12's losses, the evaluations at 9 and 12 and checkpoint-12's weights are the reference
+    run's."""
+    for rank, steps in steps_trained_since(out, {}).items():
+        assert steps == [step for step in RESUMED_STEPS for _ in range(2)], f"{engine}, {rank} trained {steps}"
     expected, got = losses_by_step(reference), losses_by_step(out)
     expected_eval, got_eval = losses_by_step(reference, "eval_loss"), losses_by_step(out, "eval_loss")
     assert [got_eval.get(step) for step in (9, 12)] == pytest.approx([expected_eval[9], expected_eval[12]], rel=1e-5)

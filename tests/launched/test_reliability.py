@@ -34,12 +34,19 @@ from tests.helpers.launchers import (
     run,
     run_recipe,
     sample_trace,
+    steps_trained_since,
+    traced_lines,
 )
 
 pytestmark = pytest.mark.distributed
 
 STEPS, SAVE_EVERY, KILL_AT, IMAGES, BATCH = 14, 4, 11, 192, 16
+AUGMENTATION = (
+    "--random_resized_crop true --horizontal_flip true --rand_augment rand-m9-mstd0.5-inc1 --random_erasing 0.25 "
+    "--mixup_alpha 0.8 --cutmix_alpha 1.0 --drop_path_rate 0.1"
+).split()
 EPOCH_2 = range(7, 13)
+RESUMED = list(range(2 * SAVE_EVERY + 1, STEPS + 1))  # what a resume from checkpoint-8 trains: steps 9-14
 SCHEDULE = [
     "--max_train_samples",
     str(IMAGES),
@@ -58,6 +65,9 @@ SCHEDULE = [
     "--trace_samples",
     "true",
 ]
+# Every random transform on (device path: the digits are one size), so a resume must restore their draws too. Not on
+# another number of processes: each rank draws from its own stream, which a changed world cannot continue.
+AUGMENTED = [*SCHEDULE, *AUGMENTATION]
 ZERO2 = ["--ds_config", str(DS_CONFIGS / "zero2.json")]
 ZERO3 = ["--ds_config", str(DS_CONFIGS / "zero3.json")]
 FSDP2_SHARDED = fsdp_args("fsdp2_sharded")  # per-rank checkpoint shards (torch.distributed.checkpoint)
@@ -90,12 +100,12 @@ def assert_same_run(reference, resumed) -> None:
     assert logged_losses(resumed)[-1] == pytest.approx(logged_losses(reference)[-1], rel=1e-4)
 
 
-def reference_run(tmp_path_factory, name, *args, nproc=2, batch=BATCH):
+def reference_run(tmp_path_factory, name, *args, nproc=2, batch=BATCH, schedule=SCHEDULE):
     out = tmp_path_factory.mktemp(name)
     run_recipe(
         out,
         *args,
-        *SCHEDULE,
+        *schedule,
         "--per_device_train_batch_size",
         str(batch),
         launcher="torchrun" if nproc > 1 else "python",
@@ -106,7 +116,14 @@ def reference_run(tmp_path_factory, name, *args, nproc=2, batch=BATCH):
 
 @pytest.fixture(scope="module")
 def ref_zero2(tmp_path_factory):
-    return reference_run(tmp_path_factory, "ref_zero2", *ZERO2)
+    """With every augmentation: the reference of ZeRO-2's and ZeRO-3's kills (the two draw alike)."""
+    return reference_run(tmp_path_factory, "ref_zero2", *ZERO2, schedule=AUGMENTED)
+
+
+@pytest.fixture(scope="module")
+def ref_fsdp2(tmp_path_factory):
+    """FSDP2's own: with augmentation on, its losses are not ZeRO-2's (1e-2 apart by step 14)."""
+    return reference_run(tmp_path_factory, "ref_fsdp2", *FSDP2_SHARDED, schedule=AUGMENTED)
 
 
 @pytest.fixture(scope="module")
@@ -118,24 +135,26 @@ def ref_zero2_one_process(tmp_path_factory):
 def test_zero2_sigkill_one_rank_then_resume_from_checkpoint(ref_zero2, tmp_path):
     out = tmp_path / "run"
     killed = run_recipe(
-        out, *ZERO2, *SCHEDULE, launcher="torchrun", nproc=2, check=False, **{FAULTS: f"sigkill@{KILL_AT}:rank1"}
+        out, *ZERO2, *AUGMENTED, launcher="torchrun", nproc=2, check=False, **{FAULTS: f"sigkill@{KILL_AT}:rank1"}
     )
     assert killed.returncode != 0 and "exitcode: -9" in killed.stderr  # torchrun saw rank 1 die of SIGKILL
     assert checkpoint_problem(out / "checkpoint-8") is None
     assert not (out / "checkpoint-12").exists()
     assert max(step for (rank, step) in trace(out) if rank == 1) == KILL_AT - 1
 
+    before = traced_lines(out)
     resumed = run_recipe(
-        out, *ZERO2, *SCHEDULE, "--resume_from_checkpoint", str(out / "checkpoint-8"), launcher="torchrun", nproc=2
+        out, *ZERO2, *AUGMENTED, "--resume_from_checkpoint", str(out / "checkpoint-8"), launcher="torchrun", nproc=2
     )
     assert f"resuming from {out / 'checkpoint-8'}" in resumed.stdout
+    assert steps_trained_since(out, before) == {f"rank{r}.jsonl": RESUMED for r in (0, 1)}  # not from step 1
     assert_same_run(ref_zero2, out)
 
 
-def test_fsdp2_sigkill_one_rank_then_resume_from_sharded_checkpoint(ref_zero2, tmp_path):
+def test_fsdp2_sigkill_one_rank_then_resume_from_sharded_checkpoint(ref_fsdp2, tmp_path):
     out = tmp_path / "run"
     kill = {FAULTS: f"sigkill@{KILL_AT}:rank1"}
-    killed = run_recipe(out, *FSDP2_SHARDED, *SCHEDULE, launcher="torchrun", nproc=2, check=False, **kill)
+    killed = run_recipe(out, *FSDP2_SHARDED, *AUGMENTED, launcher="torchrun", nproc=2, check=False, **kill)
     assert killed.returncode != 0 and "exitcode: -9" in killed.stderr
     assert checkpoint_problem(out / "checkpoint-8") is None and not (out / "checkpoint-12").exists()
     assert sorted(p.name for p in (out / "checkpoint-8" / "pytorch_model_fsdp_0").glob("*.distcp")) == [
@@ -143,13 +162,15 @@ def test_fsdp2_sigkill_one_rank_then_resume_from_sharded_checkpoint(ref_zero2, t
         "__1_0.distcp",
     ]
 
+    before = traced_lines(out)
     resumed = run_recipe(
-        out, *FSDP2_SHARDED, *SCHEDULE, "--resume_from_checkpoint", "latest", launcher="torchrun", nproc=2
+        out, *FSDP2_SHARDED, *AUGMENTED, "--resume_from_checkpoint", "latest", launcher="torchrun", nproc=2
     )
     assert f"resuming from {out / 'checkpoint-8'}" in resumed.stdout
-    assert_same_run(ref_zero2, out)
+    assert steps_trained_since(out, before) == {f"rank{r}.jsonl": RESUMED for r in (0, 1)}
+    assert_same_run(ref_fsdp2, out)
     # Every logged loss after the resume point equals the uninterrupted run's, not only the last one.
-    assert logged_losses(out)[-(STEPS - 8) :] == pytest.approx(logged_losses(ref_zero2)[-(STEPS - 8) :], rel=2e-5)
+    assert logged_losses(out)[-(STEPS - 8) :] == pytest.approx(logged_losses(ref_fsdp2)[-(STEPS - 8) :], rel=2e-5)
 
 
 def test_zero3_torchrun_restarts_killed_job_from_latest_checkpoint(ref_zero2, tmp_path):
@@ -169,7 +190,7 @@ def test_zero3_torchrun_restarts_killed_job_from_latest_checkpoint(ref_zero2, tm
         out,
         *TINY_ARGS,
         *ZERO3,
-        *SCHEDULE,
+        *AUGMENTED,
         "--resume_from_checkpoint",
         "latest",
     ]
@@ -177,6 +198,9 @@ def test_zero3_torchrun_restarts_killed_job_from_latest_checkpoint(ref_zero2, tm
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "starting fresh" in proc.stdout  # first attempt: nothing to resume
     assert f"resuming from {out / 'checkpoint-8'}" in proc.stdout  # the restart, without a human
+    for rank, steps in steps_trained_since(out, {}).items():  # both attempts: 1..k, then 9..14 (not 1..14 again)
+        restart = steps.index(SAVE_EVERY * 2 + 1, SAVE_EVERY * 2 + 1)
+        assert steps[:restart] == list(range(1, restart + 1)) and steps[restart:] == RESUMED, f"{rank}: {steps}"
     assert_same_run(ref_zero2, out)
 
 

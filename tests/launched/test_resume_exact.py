@@ -17,14 +17,22 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from hf_vit_scaling.training.checkpoints import mark_checkpoint_complete
-from tests.helpers.launchers import DS_CONFIGS, error_lines, read_json, run_recipe
+from tests.helpers.launchers import (
+    DS_CONFIGS,
+    error_lines,
+    read_json,
+    run_recipe,
+    steps_trained_since,
+    traced_lines,
+)
 
 STEPS, SAVE_EVERY = 12, 6
 # The user's command (plain Trainer: no --ds_config), after TINY_ARGS (the later flag wins).
 COMMON = (
     "--learning_rate 1e-3 --lr_scheduler_type constant --warmup_steps 0 --seed 7 --eval_strategy no "
-    f"--save_strategy steps --save_steps {SAVE_EVERY} --logging_steps 1 --max_eval_samples 32"
+    f"--save_strategy steps --save_steps {SAVE_EVERY} --logging_steps 1 --max_eval_samples 32 --trace_samples true"
 ).split()
+RESUMED = list(range(SAVE_EVERY + 1, STEPS + 1))  # what a resume from checkpoint-6 trains, counted from the trace
 MISSING_KEYS_WARNING = "There were missing keys"
 
 
@@ -67,7 +75,9 @@ def test_plain_trainer_resume_restores_every_tensor(uninterrupted, tmp_path):
     # model): the 6-step run's losses are the 12-step run's first 6, to the bit.
     first_six = list(range(1, SAVE_EVERY + 1))
     assert [losses_by_step(out)[s] for s in first_six] == [losses_by_step(uninterrupted)[s] for s in first_six]
+    before = traced_lines(out)
     resumed = run_recipe(out, *COMMON, "--max_steps", str(STEPS), "--resume_from_checkpoint", out / "checkpoint-6")
+    assert steps_trained_since(out, before) == {"rank0.jsonl": RESUMED}  # not a restart from step 1
     assert MISSING_KEYS_WARNING not in resumed.stderr + resumed.stdout
     assert_same_run(uninterrupted, out)
 
@@ -81,8 +91,10 @@ def test_plain_ddp_resume_from_latest_restores_every_tensor(engine_runs, tmp_pat
     out = tmp_path / "b"
     out.mkdir()
     shutil.copytree(reference / "checkpoint-6", out / "checkpoint-6")
-    resumed = run_recipe(out, *args, "--resume_from_checkpoint", "latest", launcher="torchrun", nproc=2)
+    resumed = run_recipe(out, *args, "--trace_samples", "true", "--resume_from_checkpoint", "latest",
+                         launcher="torchrun", nproc=2)  # fmt: skip
     assert f"resuming from {out / 'checkpoint-6'}" in resumed.stdout
+    assert steps_trained_since(out, {}) == {f"rank{r}.jsonl": RESUMED for r in (0, 1)}
     assert MISSING_KEYS_WARNING not in resumed.stderr + resumed.stdout
     assert_same_run(reference, out)
 

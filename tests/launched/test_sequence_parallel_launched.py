@@ -7,6 +7,7 @@ Measured: 4 min 45 s wall on 2 CPU cores shared with other jobs (load average 6-
 """
 
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from tests.helpers.launchers import (
     run_recipe,
     run_script,
     sample_trace,
+    steps_trained_since,
 )
 
 
@@ -103,6 +105,12 @@ def test_four_processes_two_data_parallel_groups_of_two(tmp_path):
 # --------------------------------------------------------------------------- 2 processes: the recipe
 
 SHORT = ["--eval_strategy", "no", "--max_eval_samples", "32", "--logging_steps", "1"]
+# Every random transform, at 64 px with 16 px patches (17 tokens, as vit-tiny-cpu at 16 px): the crop is a real one.
+AUGMENTED_64PX = (
+    "--image_size 64 --patch_size 16 --random_resized_crop true --horizontal_flip true "
+    "--rand_augment rand-m9-mstd0.5-inc1 --random_erasing 0.25 --mixup_alpha 0.8 --cutmix_alpha 1.0 "
+    "--drop_path_rate 0.1"
+).split()
 
 RELOAD_PLAIN = """
 import json, sys
@@ -131,16 +139,11 @@ def log_history(output_dir) -> list[dict]:
 def test_recipe_sequence_parallel_zero2_equals_one_process_and_reloads_as_plain_vit(tmp_path):
     """SP over 2 ranks (one data-parallel group) sees exactly the batches of a one-process run, so the two must train
     identically: same losses and same gradient norms (AdamW hides a gradient scale error, the norm does not)."""
-    # Label smoothing: the Trainer computes the loss from the logits itself, outside the model.
-    args = [
-        "--ds_config",
-        str(DS_CONFIGS / "zero2.json"),
-        "--max_steps",
-        "6",
-        "--label_smoothing_factor",
-        "0.1",
-        *SHORT,
-    ]
+    # Label smoothing: the Trainer computes the loss from the logits itself, outside the model. Every augmentation
+    # on, at 64 px: both ranks of the group must draw the same crops, mixes and drop-path masks as the one process,
+    # or the losses part.
+    args = ["--ds_config", str(DS_CONFIGS / "zero2.json"), "--max_steps", "6", "--label_smoothing_factor", "0.1",
+            *SHORT, *AUGMENTED_64PX]  # fmt: skip
     run_recipe(tmp_path / "sp", *args, "--sequence_parallel_size", "2", "--trace_samples", "true",
                launcher="torchrun", nproc=2)  # fmt: skip
     run_recipe(tmp_path / "one", *args, launcher="python")
@@ -160,7 +163,7 @@ def test_recipe_sequence_parallel_zero2_equals_one_process_and_reloads_as_plain_
     assert all(r["images"] == throughput["images_measured"] for r in report["ranks"]["per_rank"])
 
     reloaded = reload_plain(tmp_path, tmp_path / "sp")
-    assert reloaded["finite"] and reloaded["image_size"] == 16
+    assert reloaded["finite"] and reloaded["image_size"] == 64
     assert not [k for k in reloaded["keys"] if "parallel" in k or "key_value" in k], reloaded["keys"]
 
 
@@ -200,3 +203,42 @@ def test_recipe_high_resolution_finetune_under_zero3(tmp_path):
     assert all(math.isfinite(e["loss"]) for e in log_history(out))
     reloaded = reload_plain(tmp_path, out)
     assert (reloaded["image_size"], reloaded["processor_size"], reloaded["positions"]) == (32, 32, 65)
+
+
+@pytest.mark.distributed
+def test_four_processes_groups_draw_alike_within_apart_across_and_resume_exactly(tmp_path):
+    """dp 2 x sp 2 with every augmentation: the two ranks of a group see the same pixels at every step, the two
+    groups different ones; resumed from checkpoint-3 the run trains only steps 4-6, on the same pixels, to the same
+    losses."""
+    args = [
+        "--ds_config",
+        str(DS_CONFIGS / "zero2.json"),
+        "--sequence_parallel_size",
+        "2",
+        "--max_steps",
+        "6",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "3",
+        "--trace_samples",
+        "true",
+        *SHORT,
+        *AUGMENTED_64PX,
+    ]
+    reference, resumed = tmp_path / "reference", tmp_path / "resumed"
+    run_recipe(reference, *args, launcher="torchrun", nproc=4)
+    trace = sample_trace(reference)
+    for step in range(1, 7):
+        group0, group1 = {trace[(r, step)]["pixels"] for r in (0, 1)}, {trace[(r, step)]["pixels"] for r in (2, 3)}
+        assert len(group0) == len(group1) == 1 and group0 != group1, f"step {step}: {group0} {group1}"
+
+    resumed.mkdir()
+    shutil.copytree(reference / "checkpoint-3", resumed / "checkpoint-3")
+    run_recipe(resumed, *args, "--resume_from_checkpoint", "latest", launcher="torchrun", nproc=4)
+    assert steps_trained_since(resumed, {}) == {f"rank{r}.jsonl": [4, 5, 6] for r in range(4)}
+    again = sample_trace(resumed)
+    assert all(again[(r, s)]["pixels"] == trace[(r, s)]["pixels"] for r in range(4) for s in (4, 5, 6))
+    ref_losses = {e["step"]: e["loss"] for e in log_history(reference)}
+    got_losses = {e["step"]: e["loss"] for e in log_history(resumed)}
+    assert [got_losses[s] for s in (4, 5, 6)] == pytest.approx([ref_losses[s] for s in (4, 5, 6)], rel=1e-6)
