@@ -171,15 +171,32 @@ def test_resume_with_accumulation_gives_the_reference_run(engine_runs, resumed_r
     assert_resume_gives_the_reference_run(engine_runs[engine][0], out, engine)
 
 
-# Found: DeepSpeed's universal checkpoint resumes ZeRO-3 (with the Trainer's torch AdamW) 2 -> 1 processes with the
-# weights exact (step 7's loss is the reference's) but the next updates off: rel. 1e-5 at step 8, 3e-4 by step 12,
-# with or without accumulation. ZeRO-3 resumed on the same 2 processes, ZeRO-3 + offload (DeepSpeed's CPU Adam) and
-# ZeRO 1-2 through the same universal path are exact. Strict: the test fails once it passes (an upstream fix).
-@pytest.mark.xfail(strict=True, reason="ZeRO-3 universal-checkpoint resume drifts (docs/reliability.md)")
-def test_zero3_resumed_on_one_process_through_the_universal_checkpoint(engine_runs, resumed_runs):
+# DeepSpeed's universal checkpoint resumes ZeRO-3 (with the Trainer's torch AdamW) 2 -> 1 processes with the weights
+# exact (step 7's loss is the reference's) but the next updates off. Measured (this test's run, fp32): step 8 rel.
+# 9.9e-6, at most 3.1e-4 (step 11) over steps 8-12; evaluations at 9 and 12 rel. 2.3e-4 and 8.4e-5. ZeRO-3 resumed on
+# the same 2 processes, ZeRO-3 + offload (DeepSpeed's CPU Adam) and ZeRO 1-2 through the same universal path are
+# exact. Cause not found (docs/reliability.md, Limits). The bound is 3x the largest measured drift.
+ZERO3_UNIVERSAL_BOUND = 1e-3
+
+
+def test_zero3_resumed_on_one_process_through_the_universal_checkpoint_stays_within_its_measured_drift(
+    engine_runs, resumed_runs
+):
+    """A crash fails (the run must finish); step 7 exact; steps 8-12 and the evaluations within the bound; and a
+    drift that vanished fails too, so an upstream fix is noticed and the engine joins the exact matrix."""
     out, proc = resumed_runs("zero3", one=True)
     assert "saved by 2 process(es), this run has 1" in proc.stdout
-    assert_resume_gives_the_reference_run(engine_runs["zero3"][0], out, "zero3, 2 -> 1")
+    reference = engine_runs["zero3"][0]
+    for rank, steps in steps_trained_since(out, {}).items():
+        assert steps == [step for step in RESUMED_STEPS for _ in range(2)], f"zero3, {rank} trained {steps}"
+    expected, got = losses_by_step(reference), losses_by_step(out)
+    assert got[RESUME_AT + 1] == pytest.approx(expected[RESUME_AT + 1], rel=1e-6, abs=0)
+    drift = {step: abs(got[step] - expected[step]) / abs(expected[step]) for step in RESUMED_STEPS[1:]}
+    assert max(drift.values()) <= ZERO3_UNIVERSAL_BOUND, f"zero3 2 -> 1: loss drift {drift}"
+    expected_eval, got_eval = losses_by_step(reference, "eval_loss"), losses_by_step(out, "eval_loss")
+    assert [got_eval[s] for s in (9, 12)] == pytest.approx([expected_eval[s] for s in (9, 12)],
+                                                           rel=ZERO3_UNIVERSAL_BOUND)  # fmt: skip
+    assert max(drift.values()) > 1e-6, f"zero3 2 -> 1 is now exact ({drift}): move it into the matrix"
 
 
 @pytest.mark.parametrize("engine", MATRIX)
