@@ -19,6 +19,7 @@ A failure names the engine, the check and the first differing step or tensor.
 
 import shutil
 from functools import partial
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,6 +28,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from transformers import ViTConfig, ViTForImageClassification
 
 from hf_vit_scaling.models.presets import load_model_for_finetuning
+from hf_vit_scaling.training.checkpoints import convert_to_universal, universal_tag_folder
 from tests.helpers.engine_runs import CHECK_EVERY, ENGINE_STEPS, ENGINES
 from tests.helpers.launchers import (
     RECIPE,
@@ -160,6 +162,97 @@ def assert_resume_gives_the_reference_run(reference, out, engine: str) -> None:
         atol=1e-6,
     )
     assert differs is None, f"{engine}, resume + accumulation: weights at step {ENGINE_STEPS} differ at {differs}"
+
+
+MOMENTS = ("exp_avg", "exp_avg_sq", "step")
+
+
+def flat_tensors(tree, prefix: str = "") -> dict[str, torch.Tensor]:
+    """{dotted path: tensor} of a nested dict/list state."""
+    if isinstance(tree, torch.Tensor):
+        return {prefix: tree}
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, (list, tuple)) else ()
+    out = {}
+    for key, value in items:
+        out.update(flat_tensors(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def optimizer_moments(folder, engine: str) -> dict[str, torch.Tensor]:
+    """{where: tensor} of every AdamW moment and step count a checkpoint holds, in a layout that does not depend on
+    the number of processes that saved it: the torch optimizer's state (plain Trainer, DDP: optimizer.pt; ZeRO-0:
+    inside DeepSpeed's model states), DeepSpeed's universal checkpoint for ZeRO 1-3 (one folder per parameter,
+    converted here with `ds_to_universal`), FSDP2's sharded optimizer state made whole."""
+    if engine == "ddp":
+        state = torch.load(folder / "optimizer.pt", weights_only=False)["state"]
+    elif engine == "zero0":
+        states = Path(universal_tag_folder(str(folder))) / "mp_rank_00_model_states.pt"
+        state = torch.load(states, weights_only=False)["optimizer"]["state"]
+    elif engine.startswith("fsdp2"):
+        whole = folder / "whole_optimizer.pt"
+        dcp_to_torch_save(folder / "optimizer_0", whole)
+        state = torch.load(whole, weights_only=False)
+    else:
+        universal = Path(convert_to_universal(str(folder))) / "zero"
+        state = {
+            param.name: {
+                path.stem: torch.load(path, weights_only=False)
+                for path in sorted(param.glob("*.pt"))
+                if path.stem in MOMENTS
+            }  # ZeRO-3's universal folders hold no step.pt
+            for param in sorted(universal.iterdir())
+            if param.is_dir()
+        }
+    return {k: v.float() for k, v in flat_tensors(state).items() if k.split(".")[-1] in MOMENTS or k.endswith("param")}
+
+
+def moments_difference(expected: dict, got: dict, rtol: float) -> str | None:
+    """The first moment where `got` is off `expected` by more than rtol x the largest value of that kind (a
+    moment's scale; the k_proj biases' near-zero moments are held to it too, not to their own rounding noise)."""
+    if expected.keys() != got.keys():
+        return f"other entries: {sorted(expected.keys() ^ got.keys())[:4]}"
+    scale = {}
+    for key, tensor in expected.items():
+        kind = next(kind for kind in MOMENTS if f".{kind}" in f".{key}")
+        scale[kind] = max(scale.get(kind, 0.0), tensor.abs().max().item())
+    for key, tensor in expected.items():
+        kind = next(kind for kind in MOMENTS if f".{kind}" in f".{key}")
+        diff = (got[key] - tensor).abs().max().item()
+        if diff > rtol * scale[kind]:
+            return f"{key}: max |diff| {diff:.3g}, {kind}'s scale {scale[kind]:.3g}"
+    return None
+
+
+def scheduler_state(folder) -> dict:
+    """The learning-rate schedule's state: the Trainer's scheduler.pt, or (ZeRO-Offload, where DeepSpeed owns the
+    scheduler) the `lr_scheduler` of DeepSpeed's model states."""
+    if (folder / "scheduler.pt").is_file():
+        return torch.load(folder / "scheduler.pt", weights_only=False)
+    states = Path(universal_tag_folder(str(folder))) / "mp_rank_00_model_states.pt"
+    return torch.load(states, weights_only=False)["lr_scheduler"]
+
+
+@pytest.mark.parametrize("engine", MATRIX)
+def test_resumed_optimizer_moments_and_schedule_are_the_reference_run_s(engine_runs, resumed_runs, engine):
+    """checkpoint-12 of the resumed run holds the uninterrupted run's AdamW moments (exp_avg, exp_avg_sq), step
+    counts and learning-rate schedule: compared directly, not only through the losses they lead to."""
+    out, _ = resumed_runs(engine)
+    reference = engine_runs[engine][0] / f"checkpoint-{ENGINE_STEPS}"
+    got_folder = out / f"checkpoint-{ENGINE_STEPS}"
+    expected, got = optimizer_moments(reference, engine), optimizer_moments(got_folder, engine)
+    kinds = {kind for key in expected for kind in MOMENTS if f".{kind}" in f".{key}"}
+    assert kinds >= {"exp_avg", "exp_avg_sq"}, sorted(expected)[:4]
+    differs = moments_difference(expected, got, rtol=1e-5)
+    assert differs is None, f"{engine}: the optimizer state at step {ENGINE_STEPS} differs at {differs}"
+    if engine == "ddp":  # the comparison can fail: three steps earlier the moments are other ones
+        earlier = optimizer_moments(engine_runs[engine][0] / f"checkpoint-{ENGINE_STEPS - CHECK_EVERY}", engine)
+        assert moments_difference(expected, earlier, rtol=1e-5) is not None
+    schedule = [scheduler_state(folder) for folder in (reference, got_folder)]
+    for key in ("last_epoch", "_step_count", "base_lrs"):
+        assert schedule[1][key] == schedule[0][key], (
+            f"{engine}: scheduler {key} {schedule[1][key]} != {schedule[0][key]}"
+        )
+    assert schedule[1]["_last_lr"] == pytest.approx(schedule[0]["_last_lr"], rel=1e-9)
 
 
 @pytest.mark.parametrize("engine", MATRIX)
