@@ -9,15 +9,21 @@ step 6 leaves) and resumes from it. The resumed run must
 - log the same loss at every step after the resume and end with the same weights.
 
 The cases cover the host paths (per_sample, host_crop: their draws are seeded per sample, `data.sample_randomness`),
-the device path, prepared shards map-style and streamed, DataLoader workers 0 and 2, 1 and 2 processes, a resume in
+the device path, prepared shards map-style and streamed, Parquet files of encoded images streamed, DataLoader
+workers 0 and 2, 1 and 2 processes, a resume in
 the middle of an epoch and one at an epoch boundary. Before the per-sample seeding, the per_sample and host_crop cases
 differed from step 7 on.
 """
 
 import shutil
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from datasets import ClassLabel, Dataset, Features
+from datasets import Image as ImageFeature
+from PIL import Image
 from safetensors.torch import load_file
 
 from tests.helpers.builders import make_uint8_shards
@@ -49,12 +55,16 @@ CASES = {
     # 16 shards x 10 rows, 80 rows a rank and pass: 5 steps a pass, so step 6 is one step into pass 1.
     "streamed_shards-2proc-2workers-mid_pass": (2, 2, ["--input_path", "per_sample", "--streaming", "--dataset_name",
                                                        "SHARDS", "--shuffle_buffer_size", "16"]),
+    # Parquet files of encoded PNGs (8 x 20 rows), decoded per sample: 10 steps a pass on one process.
+    "streamed_files-1proc-2workers-mid_pass": (1, 2, ["--input_path", "per_sample", "--streaming", "--train_files",
+                                                      "FILES/train-*.parquet", "--validation_files",
+                                                      "FILES/validation.parquet", "--shuffle_buffer_size", "16"]),
 }  # fmt: skip
 
 
-def case_args(name: str, shards) -> tuple[int, list[str]]:
+def case_args(name: str, data) -> tuple[int, list[str]]:
     nproc, workers, flags = CASES[name]
-    flags = [str(shards) if flag == "SHARDS" else flag for flag in flags]
+    flags = [str(data["shards"]) if flag == "SHARDS" else flag.replace("FILES", str(data["files"])) for flag in flags]
     return nproc, [*AUGMENTATION, *SCHEDULE, "--dataloader_num_workers", str(workers), *flags]
 
 
@@ -63,14 +73,28 @@ def losses(output_dir) -> dict[int, float]:
     return {entry["step"]: entry["loss"] for entry in state["log_history"] if "loss" in entry}
 
 
+def encoded_parquet_files(root) -> Path:
+    """8 Parquet files of 20 encoded 16 px PNGs each (a ClassLabel of 3 classes), and one of 32 for evaluation."""
+    features = Features({"image": ImageFeature(), "label": ClassLabel(names=["a", "b", "c"])})
+    rng = np.random.default_rng(0)
+    for name, files, rows in (("train", 8, 20), ("validation", 1, 32)):
+        for part in range(files):
+            images = [Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)) for _ in range(rows)]
+            split = Dataset.from_dict({"image": images, "label": [i % 3 for i in range(rows)]}, features=features)
+            split.to_parquet(str(root / (f"{name}-{part}.parquet" if name == "train" else f"{name}.parquet")))
+    return root
+
+
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory):
-    # 160 training rows, 16 px: a 1-process epoch of 10 steps map-style; 5 steps a pass for each of 2 streaming ranks.
-    return make_uint8_shards(tmp_path_factory.mktemp("shards"), shards=16, rows=10)
+def data(tmp_path_factory):
+    # Shards: 160 training rows, 16 px: a 1-process epoch of 10 steps map-style; 5 steps a pass for each of 2
+    # streaming ranks. Files: 160 encoded rows.
+    return {"shards": make_uint8_shards(tmp_path_factory.mktemp("shards"), shards=16, rows=10),
+            "files": encoded_parquet_files(tmp_path_factory.mktemp("files"))}  # fmt: skip
 
 
-def uninterrupted_then_resumed(tmp_path, name: str, shards):
-    nproc, args = case_args(name, shards)
+def uninterrupted_then_resumed(tmp_path, name: str, data):
+    nproc, args = case_args(name, data)
     launcher = "torchrun" if nproc > 1 else "python"
     reference, resumed = tmp_path / f"{name}-reference", tmp_path / f"{name}-resumed"
     run_recipe(reference, *args, launcher=launcher, nproc=nproc)
@@ -81,13 +105,13 @@ def uninterrupted_then_resumed(tmp_path, name: str, shards):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, shards):
+def runs(tmp_path_factory, data):
     """Every case, two at a time (the 2-process ones alone)."""
     tmp = tmp_path_factory.mktemp("resume_augmented")
     one = [name for name in CASES if CASES[name][0] == 1]
     two = [name for name in CASES if CASES[name][0] == 2]
-    done = dict(zip(one, side_by_side(*[lambda n=n: uninterrupted_then_resumed(tmp, n, shards) for n in one])))
-    done |= {name: uninterrupted_then_resumed(tmp, name, shards) for name in two}
+    done = dict(zip(one, side_by_side(*[lambda n=n: uninterrupted_then_resumed(tmp, n, data) for n in one])))
+    done |= {name: uninterrupted_then_resumed(tmp, name, data) for name in two}
     return done
 
 
