@@ -255,6 +255,20 @@ def convert_to_universal(folder: str) -> str:
     return output
 
 
+def saved_adam_step(folder: str) -> float | None:
+    """The optimizer's step count a ZeRO checkpoint saved (rank 0's partition), or None when it holds none."""
+    import torch
+
+    tag = universal_tag_folder(folder)
+    files = sorted(glob.glob(os.path.join(tag, "zero_pp_rank_0_*optim_states.pt"))) if tag else []
+    if not files:
+        return None
+    saved = torch.load(files[0], map_location="cpu", weights_only=False, mmap=True)["optimizer_state_dict"]
+    state = saved.get("optimizer_state_dict", saved).get("state", {})
+    steps = [float(entry["step"]) for entry in state.values() if "step" in entry]
+    return steps[0] if steps else None
+
+
 def needs_universal_checkpoint(folder: str | None, world_size: int, zero_stage: int | None) -> bool:
     """ZeRO 1-3 partition the optimizer state per rank: loading on another world size needs the universal format.
     (ZeRO-0 and plain DDP save the whole optimizer state, which loads on any world size.)"""

@@ -52,6 +52,7 @@ from hf_vit_scaling.training.checkpoints import (
     needs_universal_checkpoint,
     newest_complete_checkpoint,
     prepare_world_size_change,
+    saved_adam_step,
 )
 from hf_vit_scaling.training.faults import FaultInjector
 from hf_vit_scaling.training.hub import network_errors, refuse_rejected_token, rejected
@@ -279,6 +280,7 @@ class VitTrainer(Trainer):
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         self._rng_checkpoint = resume_from_checkpoint if isinstance(resume_from_checkpoint, str) else None
+        self._step_checkpoint = self._rng_checkpoint
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def _restore_rng_skipped_with_the_data_skip(self) -> None:
@@ -291,8 +293,28 @@ class VitTrainer(Trainer):
         if checkpoint is not None and self.args.ignore_data_skip and (self.state.epoch or 0.0) % 1:
             self._load_rng_state(checkpoint)
 
+    def _correct_zero3_universal_adam_step(self) -> None:
+        """DeepSpeed 0.19's universal checkpoint has no `step.pt` for ZeRO-3 parameters, and a ZeRO-3 run resumed
+        from one on another number of processes restores the torch optimizer's step count wrong (measured: 12 where
+        the checkpoint of step 6 saved 6; the run then ends at 18 for 12 steps), so AdamW's bias corrections are off
+        and the updates drift (rel. 1e-5 in the loss the step after, 3e-4 five steps on). Put back the count the
+        checkpoint's own files saved, before the first resumed step."""
+        checkpoint, self._step_checkpoint = getattr(self, "_step_checkpoint", None), None
+        if checkpoint is None or not self.is_deepspeed_enabled:
+            return
+        engine = self.model_wrapped
+        if not engine._config.load_universal_checkpoint or engine.zero_optimization_stage() != 3:
+            return
+        saved = saved_adam_step(checkpoint)
+        if saved is not None:
+            for state in engine.optimizer.optimizer.state.values():
+                if "step" in state:
+                    step = state["step"]
+                    state["step"] = torch.full_like(step, saved) if torch.is_tensor(step) else saved
+
     def training_step(self, model, inputs, num_items_in_batch=None):
         self._restore_rng_skipped_with_the_data_skip()
+        self._correct_zero3_universal_adam_step()
         self.faults.before_training_step(model, self.state.global_step + 1)
         loss = super().training_step(model, inputs, num_items_in_batch=num_items_in_batch)
         self.nonfinite.after_training_step(model)
