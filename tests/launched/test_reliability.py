@@ -324,3 +324,21 @@ def test_corrupt_image_with_fail_policy_stops_before_training_naming_it(tmp_path
     errors = error_lines(proc.stderr)
     assert len(errors) == 1 and "truncated.png" in errors[0] and "--on_bad_image skip" in errors[0]
     assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("config", ["zero0", "zero1", "zero2_offload", "zero3_offload"])
+def test_the_other_zero_configs_resume_exactly_with_every_augmentation(tmp_path, config):
+    """The engines the kill tests above leave out: 14 steps with every augmentation, then checkpoint-8 resumed on
+    the same 2 processes trains exactly steps 9-14 to the same losses."""
+    engine = ["--ds_config", str(DS_CONFIGS / f"{config}.json")]
+    reference, out = tmp_path / "reference", tmp_path / "run"
+    run_recipe(reference, *engine, *AUGMENTED, launcher="torchrun", nproc=2)
+    out.mkdir()
+    shutil.copytree(reference / "checkpoint-8", out / "checkpoint-8")
+    run_recipe(out, *engine, *AUGMENTED, "--resume_from_checkpoint", "latest", launcher="torchrun", nproc=2)
+    assert steps_trained_since(out, {}) == {f"rank{r}.jsonl": RESUMED for r in (0, 1)}
+    ref, got = sample_trace(reference), sample_trace(out)
+    assert all(got[(r, s)]["pixels"] == ref[(r, s)]["pixels"] for r in (0, 1) for s in RESUMED)
+    by_step = [{e["step"]: e["loss"] for e in read_json(d / "trainer_state.json")["log_history"] if "loss" in e}
+               for d in (reference, out)]  # fmt: skip
+    assert [by_step[1][s] for s in RESUMED] == pytest.approx([by_step[0][s] for s in RESUMED], rel=1e-5)
