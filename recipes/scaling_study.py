@@ -29,7 +29,7 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from hf_vit_scaling import load_throughput_report
-from hf_vit_scaling.arguments.field_checks import require_writable_folder
+from hf_vit_scaling.arguments.field_checks import require_in_range, require_writable_folder
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.log import exit_code_for
 from hf_vit_scaling.planning.studies import (
@@ -97,12 +97,12 @@ class StudyArguments:
     timeout_s: int = field(default=1800, metadata={"help": "Per-run time limit; a run past it is recorded as failed."})
 
     def __post_init__(self):
-        at_least = {"per_device_batch_size": 1, "global_batch_size": 1, "max_per_device_batch": 1,
-                    "threads_per_process": 1, "nnodes": 1, "node_rank": 0, "master_port": 1,
-                    "timeout_s": 1}  # fmt: skip
-        for flag, low in at_least.items():
-            if getattr(self, flag) < low:
-                raise UserInputError(f"--{flag} must be >= {low}, got {getattr(self, flag)}. Fix: pass {low} or more.")
+        require_in_range(vars(self), {
+            "per_device_batch_size": (1, None, False, 32), "global_batch_size": (1, None, False, 64),
+            "max_per_device_batch": (1, None, False, 256), "threads_per_process": (1, None, False, 1),
+            "nnodes": (1, None, False, 1), "node_rank": (0, None, False, 0), "master_port": (1, None, False, 29400),
+            "timeout_s": (1, None, False, 1800),
+        })  # fmt: skip
         if not 0.0 < self.weak_fraction_per_process <= 1.0:
             raise UserInputError(
                 f"--weak_fraction_per_process must be in (0, 1], got {self.weak_fraction_per_process}. "

@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 from transformers import TrainerCallback
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.training.checkpoints import converted_state_dict, state_dict_problems
+from hf_vit_scaling.training.checkpoints import checkpoint_step, converted_state_dict, state_dict_problems
 
 EMA_FILENAME = "ema.safetensors"
 
@@ -26,11 +26,6 @@ EMA_FILENAME = "ema.safetensors"
 def _is_partitioned(model: torch.nn.Module) -> bool:
     """ZeRO-3 replaces each parameter by a local shard (attribute `ds_id`); ZeRO 0-2 keep them whole."""
     return any(hasattr(p, "ds_id") for p in model.parameters())
-
-
-def checkpoint_step(folder: str) -> int:
-    """The optimizer step a checkpoint folder was saved at (`checkpoint-N`)."""
-    return int(os.path.basename(os.path.normpath(folder)).rsplit("-", 1)[-1])
 
 
 class EMACallback(TrainerCallback):
@@ -77,7 +72,7 @@ class EMACallback(TrainerCallback):
         if not (args.load_best_model_at_end and best and os.path.isdir(best)):
             return
         step = checkpoint_step(best)
-        if step != self.global_step:
+        if step is not None and step != self.global_step:
             self.load_state(best, model, step)
             self.best_step = step
 

@@ -96,10 +96,16 @@ def checkpoint_problem(folder: str) -> str | None:
     return None
 
 
+def checkpoint_step(folder: str) -> int | None:
+    """The step a `checkpoint-N` folder was saved at, or None for another name."""
+    match = _CHECKPOINT_RE.match(os.path.basename(os.path.normpath(folder)))
+    return int(match.group(1)) if match else None
+
+
 def checkpoints_newest_first(output_dir: str) -> list[str]:
     if not os.path.isdir(output_dir):
         return []
-    found = [(int(m.group(1)), name) for name in os.listdir(output_dir) if (m := _CHECKPOINT_RE.match(name))]
+    found = [(step, name) for name in os.listdir(output_dir) if (step := checkpoint_step(name)) is not None]
     return [os.path.join(output_dir, name) for _, name in sorted(found, reverse=True)]
 
 

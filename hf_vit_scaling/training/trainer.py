@@ -279,28 +279,34 @@ class VitTrainer(Trainer):
     # ------------------------------------------------------------------ training step and loss
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
-        self._rng_checkpoint = resume_from_checkpoint if isinstance(resume_from_checkpoint, str) else None
-        self._step_checkpoint = self._rng_checkpoint
+        # What the first training step completes of a resume (`_finish_resume`), or None.
+        self._resumed_from = resume_from_checkpoint if isinstance(resume_from_checkpoint, str) else None
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
-    def _restore_rng_skipped_with_the_data_skip(self) -> None:
+    def _finish_resume(self) -> None:
+        """Once, before the first resumed step's forward (after its batches are fetched): the two restores
+        transformers and DeepSpeed leave out of a resume."""
+        checkpoint, self._resumed_from = getattr(self, "_resumed_from", None), None
+        if checkpoint is not None:
+            self._restore_rng_skipped_with_the_data_skip(checkpoint)
+            self._correct_zero3_universal_adam_step(checkpoint)
+
+    def _restore_rng_skipped_with_the_data_skip(self, checkpoint: str) -> None:
         """transformers (5.24 `Trainer._run_epoch`) restores a checkpoint's generator states only in its data-skip
         branch or at an epoch boundary; with `ignore_data_skip` (a stream resumes from its saved data position) a
         resume in the middle of an epoch never restored them, so device-side augmentation and drop path drew from the
         fresh seed. Restore them here, before the first resumed step's forward: where the Trainer's own skip branch
         does (after the first batch is fetched)."""
-        checkpoint, self._rng_checkpoint = getattr(self, "_rng_checkpoint", None), None
-        if checkpoint is not None and self.args.ignore_data_skip and (self.state.epoch or 0.0) % 1:
+        if self.args.ignore_data_skip and (self.state.epoch or 0.0) % 1:
             self._load_rng_state(checkpoint)
 
-    def _correct_zero3_universal_adam_step(self) -> None:
+    def _correct_zero3_universal_adam_step(self, checkpoint: str) -> None:
         """DeepSpeed 0.19's universal checkpoint has no `step.pt` for ZeRO-3 parameters, and a ZeRO-3 run resumed
         from one on another number of processes restores the torch optimizer's step count wrong (measured: 12 where
         the checkpoint of step 6 saved 6; the run then ends at 18 for 12 steps), so AdamW's bias corrections are off
         and the updates drift (rel. 1e-5 in the loss the step after, 3e-4 five steps on). Put back the count the
         checkpoint's own files saved, before the first resumed step."""
-        checkpoint, self._step_checkpoint = getattr(self, "_step_checkpoint", None), None
-        if checkpoint is None or not self.is_deepspeed_enabled:
+        if not self.is_deepspeed_enabled:
             return
         engine = self.model_wrapped
         if not engine._config.load_universal_checkpoint or engine.zero_optimization_stage() != 3:
@@ -313,8 +319,7 @@ class VitTrainer(Trainer):
                     state["step"] = torch.full_like(step, saved) if torch.is_tensor(step) else saved
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        self._restore_rng_skipped_with_the_data_skip()
-        self._correct_zero3_universal_adam_step()
+        self._finish_resume()
         self.faults.before_training_step(model, self.state.global_step + 1)
         loss = super().training_step(model, inputs, num_items_in_batch=num_items_in_batch)
         self.nonfinite.after_training_step(model)

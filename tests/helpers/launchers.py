@@ -52,6 +52,12 @@ def logged_losses(output_dir) -> list[float]:
     return [entry["loss"] for entry in state["log_history"] if "loss" in entry]
 
 
+def losses_by_step(output_dir, key: str = "loss") -> dict[int, float]:
+    """{step: logged `key`} of a run's trainer_state.json (a resumed run's history holds the checkpoint's steps)."""
+    history = read_json(Path(output_dir) / "trainer_state.json")["log_history"]
+    return {entry["step"]: entry[key] for entry in history if key in entry}
+
+
 def sample_trace(output_dir) -> dict:
     """{(rank, step): record} from a run's --trace_samples files (output_dir/sample_trace/rank{R}.jsonl); a resumed
     run's record for a step replaces the interrupted run's."""

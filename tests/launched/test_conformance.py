@@ -34,6 +34,7 @@ from tests.helpers.launchers import (
     RECIPE,
     TINY_ARGS,
     launcher_cmd,
+    losses_by_step,
     read_json,
     run,
     side_by_side,
@@ -58,11 +59,6 @@ def resumes_on_one_process(engine: str) -> bool:
     """FSDP2: the recipe refuses one process. ZeRO-3: its matrix cells resume on the 2 processes that saved it, and
     its 2 -> 1 resume is a test of its own (below)."""
     return not engine.startswith("fsdp2") and engine != "zero3"
-
-
-def losses_by_step(output_dir, key: str = "loss") -> dict[int, float]:
-    history = read_json(output_dir / "trainer_state.json")["log_history"]
-    return {e["step"]: e[key] for e in history if key in e}
 
 
 def checkpoint_weights(folder, config_dir) -> dict[str, torch.Tensor]:

@@ -30,6 +30,7 @@ from tests.helpers.launchers import (
     free_port,
     fsdp_args,
     logged_losses,
+    losses_by_step,
     read_json,
     run,
     run_recipe,
@@ -339,6 +340,5 @@ def test_the_other_zero_configs_resume_exactly_with_every_augmentation(tmp_path,
     assert steps_trained_since(out, {}) == {f"rank{r}.jsonl": RESUMED for r in (0, 1)}
     ref, got = sample_trace(reference), sample_trace(out)
     assert all(got[(r, s)]["pixels"] == ref[(r, s)]["pixels"] for r in (0, 1) for s in RESUMED)
-    by_step = [{e["step"]: e["loss"] for e in read_json(d / "trainer_state.json")["log_history"] if "loss" in e}
-               for d in (reference, out)]  # fmt: skip
-    assert [by_step[1][s] for s in RESUMED] == pytest.approx([by_step[0][s] for s in RESUMED], rel=1e-5)
+    ref_losses, got_losses = losses_by_step(reference), losses_by_step(out)
+    assert [got_losses[s] for s in RESUMED] == pytest.approx([ref_losses[s] for s in RESUMED], rel=1e-5)

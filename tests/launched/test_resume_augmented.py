@@ -27,7 +27,7 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from tests.helpers.builders import make_uint8_shards
-from tests.helpers.launchers import read_json, run_recipe, sample_trace, side_by_side
+from tests.helpers.launchers import losses_by_step, run_recipe, sample_trace, side_by_side
 
 pytestmark = pytest.mark.distributed
 
@@ -66,11 +66,6 @@ def case_args(name: str, data) -> tuple[int, list[str]]:
     nproc, workers, flags = CASES[name]
     flags = [str(data["shards"]) if flag == "SHARDS" else flag.replace("FILES", str(data["files"])) for flag in flags]
     return nproc, [*AUGMENTATION, *SCHEDULE, "--dataloader_num_workers", str(workers), *flags]
-
-
-def losses(output_dir) -> dict[int, float]:
-    state = read_json(output_dir / "trainer_state.json")
-    return {entry["step"]: entry["loss"] for entry in state["log_history"] if "loss" in entry}
 
 
 def encoded_parquet_files(root) -> Path:
@@ -126,7 +121,7 @@ def test_resume_with_every_augmentation_is_exact_and_runs_only_the_remaining_ste
             got, ref = got_trace[(rank, step)], ref_trace[(rank, step)]
             assert got["indices"] == ref["indices"], f"rank {rank} step {step}: other rows"
             assert got["pixels"] == ref["pixels"], f"rank {rank} step {step}: other pixels (augmentation draws)"
-    ref_losses, got_losses = losses(reference), losses(resumed)
+    ref_losses, got_losses = losses_by_step(reference), losses_by_step(resumed)
     assert [got_losses[s] for s in remaining] == pytest.approx([ref_losses[s] for s in remaining], rel=0, abs=1e-6)
     ref_model, got_model = load_file(reference / "model.safetensors"), load_file(resumed / "model.safetensors")
     differing = [k for k in ref_model if not torch.allclose(got_model[k], ref_model[k], rtol=0, atol=1e-6)]

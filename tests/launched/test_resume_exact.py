@@ -20,7 +20,7 @@ from hf_vit_scaling.training.checkpoints import mark_checkpoint_complete
 from tests.helpers.launchers import (
     DS_CONFIGS,
     error_lines,
-    read_json,
+    losses_by_step,
     run_recipe,
     steps_trained_since,
     traced_lines,
@@ -34,11 +34,6 @@ COMMON = (
 ).split()
 RESUMED = list(range(SAVE_EVERY + 1, STEPS + 1))  # what a resume from checkpoint-6 trains, counted from the trace
 MISSING_KEYS_WARNING = "There were missing keys"
-
-
-def losses_by_step(output_dir) -> dict[int, float]:
-    state = read_json(output_dir / "trainer_state.json")
-    return {entry["step"]: entry["loss"] for entry in state["log_history"] if "loss" in entry}
 
 
 def assert_same_model(reference_file, got_file) -> None:

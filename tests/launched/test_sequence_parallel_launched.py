@@ -21,6 +21,7 @@ from tests.helpers.launchers import (
     WORKERS,
     error_lines,
     launcher_cmd,
+    losses_by_step,
     printed_json,
     read_json,
     run,
@@ -239,6 +240,5 @@ def test_four_processes_groups_draw_alike_within_apart_across_and_resume_exactly
     assert steps_trained_since(resumed, {}) == {f"rank{r}.jsonl": [4, 5, 6] for r in range(4)}
     again = sample_trace(resumed)
     assert all(again[(r, s)]["pixels"] == trace[(r, s)]["pixels"] for r in range(4) for s in (4, 5, 6))
-    ref_losses = {e["step"]: e["loss"] for e in log_history(reference)}
-    got_losses = {e["step"]: e["loss"] for e in log_history(resumed)}
+    ref_losses, got_losses = losses_by_step(reference), losses_by_step(resumed)
     assert [got_losses[s] for s in (4, 5, 6)] == pytest.approx([ref_losses[s] for s in (4, 5, 6)], rel=1e-6)
