@@ -4,6 +4,8 @@ import json
 import os
 from pathlib import Path
 
+from hf_vit_scaling import utils
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -18,8 +20,4 @@ def report_result(result: dict, output: str | None) -> None:
 def child_env(threads: int) -> dict:
     """A benchmark's child process: this checkout's package, DeepSpeed's CPU accelerator, `threads` torch threads,
     never the Hub, and no launcher's rank variables (one process, no launcher)."""
-    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
-        env.pop(key, None)
-    return env
+    return utils.child_env(REPO, **utils.OFFLINE, DS_ACCELERATOR="cpu", OMP_NUM_THREADS=str(threads))

@@ -52,6 +52,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
+from torch.distributed.elastic.utils.distributed import get_free_port
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
@@ -441,16 +442,18 @@ def ensure_packages(wheels: Path, site: Path, modules=NEEDED_MODULES) -> dict:
     return {**result, "status": "ok"}
 
 
-def child_env(settings: Settings) -> None:
-    """What every child process gets (set once in this process's environment, which they inherit)."""
-    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        os.environ.pop(key, None)  # a launcher's leftovers would make a 1-process run wait for a world
-    # Offline: the GPU machine reaches nothing, and a Hub lookup would wait for its timeouts. FutureWarnings: ZeRO-3
-    # prints one per step (a deprecated torch collective inside DeepSpeed), which buries the logs.
-    os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-                      PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore::FutureWarning")  # fmt: skip
-    if settings.dry_run:
-        os.environ["DS_ACCELERATOR"] = "cpu"
+def set_child_env(settings: Settings) -> None:
+    """What every child process gets (set once in this process's environment, which they inherit): no launcher's
+    leftovers (a 1-process run would wait for a world), offline (the GPU machine reaches nothing, and a Hub lookup
+    would wait for its timeouts), no FutureWarnings (ZeRO-3 prints one per step, a deprecated torch collective inside
+    DeepSpeed, which buries the logs)."""
+    from hf_vit_scaling.utils import OFFLINE, child_env  # this checkout's: prepend_pythonpath(REPO) ran first
+
+    cpu = {"DS_ACCELERATOR": "cpu"} if settings.dry_run else {}
+    env = child_env(**OFFLINE, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1",
+                    PYTHONWARNINGS="ignore::FutureWarning", **cpu)  # fmt: skip
+    os.environ.clear()
+    os.environ.update(env)
 
 
 # --------------------------------------------------------------------------- the items
@@ -597,7 +600,7 @@ class Check:
         launcher = None
         if engine.processes > 1:
             launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(engine.processes),
-                        "--master_port", str(free_port())]  # fmt: skip
+                        "--master_port", str(get_free_port())]  # fmt: skip
         cmd = cell_command(cell, engine.ds_config, "device", str(out), launcher)
         # Full batches only: a short last batch has another shape, which a compiled model recompiles for.
         cmd += [*engine.flags, "--dataloader_drop_last", "true"]
@@ -769,14 +772,6 @@ def drop_weights(folder: Path) -> None:
     for pattern in ("*.safetensors", "pytorch_model*.bin", "*.pt"):
         for path in folder.rglob(pattern):
             path.unlink()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --------------------------------------------------------------------------- the table
@@ -979,7 +974,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("gpu_check.json", "gpu_check.md", "runs.tar.gz", "planner_memory_gpu.json"):
         (out / stale).unlink(missing_ok=True)
-    child_env(settings)
+    set_child_env(settings)
     only = set(args.only.split(",")) if args.only else None
     check = Check(settings, out, only)
     scratch = Path(args.scratch_dir) if args.scratch_dir else Path(tempfile.mkdtemp(prefix="gpu-check-"))

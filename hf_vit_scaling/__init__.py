@@ -1,44 +1,42 @@
-"""hf-vit-scaling: the small package the recipes import. Everything else lives in its module (see the README's
-project structure)."""
+"""hf-vit-scaling: the small package the recipes import. Everything else lives in its module (docs/layout.md).
 
-from hf_vit_scaling.arguments.data import DataArguments
-from hf_vit_scaling.arguments.model import ModelArguments
-from hf_vit_scaling.arguments.parse import parse_args
-from hf_vit_scaling.data import attach_transforms, collate_image_batch, load_image_classification_data
-from hf_vit_scaling.errors import TrainingStopped, UserInputError
-from hf_vit_scaling.evaluation.metrics import make_compute_metrics
-from hf_vit_scaling.log import exit_code_for
-from hf_vit_scaling.parallel.distributed import shutdown_distributed
-from hf_vit_scaling.pretraining.run import build_mae_model, finish_mae_run, prepare_mae_inputs, prepare_mae_training
-from hf_vit_scaling.pretraining.trainer import MaeTrainer
-from hf_vit_scaling.throughput import add_throughput_callback, load_throughput_report
-from hf_vit_scaling.training.run import build_model, finish_run, prepare_inputs, prepare_world
-from hf_vit_scaling.training.trainer import VitTrainer
+The names below are imported on first use (PEP 562, as transformers' own top level does): `from hf_vit_scaling
+import build_model` loads `models/build.py` and what it needs, not MAE pretraining, streaming or the throughput
+report. Each name's home is in `_EXPORTS`."""
+
+from hf_vit_scaling.utils import lazy_exports
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "DataArguments",
-    "MaeTrainer",
-    "ModelArguments",
-    "TrainingStopped",
-    "UserInputError",
-    "VitTrainer",
-    "add_throughput_callback",
-    "attach_transforms",
-    "build_mae_model",
-    "build_model",
-    "collate_image_batch",
-    "exit_code_for",
-    "finish_mae_run",
-    "finish_run",
-    "load_image_classification_data",
-    "load_throughput_report",
-    "make_compute_metrics",
-    "parse_args",
-    "prepare_inputs",
-    "prepare_mae_inputs",
-    "prepare_mae_training",
-    "prepare_world",
-    "shutdown_distributed",
-]
+_EXPORTS = {
+    "DataArguments": ".arguments.data",
+    "ModelArguments": ".arguments.model",
+    "parse_args": ".arguments.parse",
+    "attach_transforms": ".data.host_transforms",
+    "collate_image_batch": ".data.decoding",
+    "load_image_classification_data": ".data.loading",
+    "TrainingStopped": ".errors",
+    "UserInputError": ".errors",
+    "make_compute_metrics": ".evaluation.metrics",
+    "exit_code_for": ".log",
+    "build_model": ".models.build",
+    "shutdown_distributed": ".parallel.distributed",
+    "build_mae_model": ".pretraining.run",
+    "finish_mae_run": ".pretraining.run",
+    "prepare_mae_inputs": ".pretraining.run",
+    "prepare_mae_training": ".pretraining.run",
+    "MaeTrainer": ".pretraining.trainer",
+    "add_throughput_callback": ".throughput.timing",
+    "load_throughput_report": ".throughput.schema",
+    "finish_run": ".training.run",
+    "prepare_inputs": ".training.run",
+    "prepare_world": ".training.run",
+    "VitTrainer": ".training.trainer",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+
+
+def __dir__() -> list[str]:
+    return [*globals(), *__all__]

@@ -20,6 +20,7 @@ from hf_vit_scaling.arguments.field_checks import require_writable_folder
 from hf_vit_scaling.data.prepare import SourceSpec, prepare_shards
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.log import exit_code_for, setup_logging
+from hf_vit_scaling.training.faults import prepare_fault
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -79,7 +80,7 @@ def main(argv=None) -> int:
                           args.image_column_name, args.label_column_name, args.cache_dir)  # fmt: skip
         seed = None if args.keep_order else args.shuffle_seed
         summary = prepare_shards(spec, args.output_dir, args.size, args.channels, args.shard_rows, args.num_proc,
-                                 args.compression, seed)  # fmt: skip
+                                 args.compression, seed, after_shard=prepare_fault)  # fmt: skip
     except UserInputError as err:
         return exit_code_for(err)
     print(json.dumps(summary))

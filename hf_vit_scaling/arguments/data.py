@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 from hf_vit_scaling.arguments.field_checks import require_at_least, require_folder
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.training.imbalance import CLASS_WEIGHTING
+from hf_vit_scaling.losses.class_weighting import CLASS_WEIGHTING
 
 # Below this model input size the recipe neither crops nor flips by default; 64 px is the smallest size of the ImageNet
 # variants trained with random resized crops (Downsampled ImageNet 64x64, Chrabaszcz et al. 2017, uses none either).

@@ -10,12 +10,10 @@ DeiT-S/16 on ImageNet (Touvron et al. 2021) for reference: --mixup_alpha 0.8 --c
 """
 
 import math
-import os
 from dataclasses import dataclass, field
 
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.parallel.deepspeed_config import zero_stage
-from hf_vit_scaling.regularization.ema import EMA_FILENAME
 from hf_vit_scaling.regularization.rand_augment import RAND_AUGMENT_EXAMPLE, parse_rand_augment
 
 
@@ -144,25 +142,14 @@ class RegularizationArguments:
         return (self.mixup_alpha > 0 or self.cutmix_alpha > 0) and self.mixup_prob > 0
 
 
-def check_regularization(
-    args: RegularizationArguments,
-    ds_config: dict | None = None,
-    input_path: str | None = None,
-    resume_from: str | None = None,
-) -> None:
-    """Refuse combinations that cannot work, before any expensive work. `input_path`: the resolved one ("device",
-    "host_crop" or "per_sample"; None: not known yet, not checked). `resume_from`: the checkpoint folder training
-    resumes from."""
+def check_regularization(args: RegularizationArguments, ds_config: dict | None = None) -> None:
+    """Refuse combinations that cannot work, at parse time, before any expensive work. What only the run knows is
+    checked where it is decided: the EMA of a resumed checkpoint (`regularization.ema.check_ema_resumable`), the eval
+    crop on the chosen input path (`data.input_path.check_eval_crop_path`)."""
     if args.ema_decay is not None and zero_stage(ds_config) == 3:
         raise UserInputError(
             "--ema_decay works with plain DDP and ZeRO 0-2; ZeRO-3 keeps only a shard of each "
             "parameter per rank. Fix: use --ds_config ds_configs/zero2.json, or drop --ema_decay."
-        )
-    if args.ema_decay is not None and resume_from and not os.path.isfile(os.path.join(resume_from, EMA_FILENAME)):
-        raise UserInputError(
-            f"--ema_decay: the checkpoint {resume_from} has no {EMA_FILENAME} (saved without "
-            "--ema_decay), so the EMA cannot continue exactly. Fix: resume from a checkpoint saved "
-            "with --ema_decay, or start a new run."
         )
     if args.layer_decay is not None and ds_config:
         own = [key for key in ("optimizer", "scheduler") if key in ds_config]
@@ -172,9 +159,3 @@ def check_regularization(
                 f"ds_config builds its own {' and '.join(own)}. Fix: remove the {own} section(s) "
                 "from the ds_config (the Trainer then builds both), or drop --layer_decay."
             )
-    if args.eval_crop_pct is not None and input_path == "per_sample":
-        raise UserInputError(
-            "--eval_crop_pct runs on the device and host_crop input paths, but the per-sample path was chosen "
-            "(--input_path per_sample). Fix: --input_path auto (device for images of one size, host_crop "
-            "for variable sizes), or drop --eval_crop_pct."
-        )

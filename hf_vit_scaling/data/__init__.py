@@ -4,31 +4,25 @@
 fixed-size uint8 crops cut on the host (`crop_decode`); a training split read as a stream, each rank its own shards
 (`streaming`)."""
 
-from hf_vit_scaling.data.crop_decode import attach_host_crop_transforms
-from hf_vit_scaling.data.decoding import find_bad_images, stack_batch, with_sample_index
-from hf_vit_scaling.data.device_transforms import DevicePreprocessor, attach_uint8_transforms, collate_uint8_batch
-from hf_vit_scaling.data.host_transforms import ImageTransform, attach_transforms
-from hf_vit_scaling.data.input_path import choose_input_path
-from hf_vit_scaling.data.loading import load_image_classification_data
-from hf_vit_scaling.data.sources import BUILTIN_DATASET
-from hf_vit_scaling.data.types import ImageClassificationData
+from hf_vit_scaling.utils import lazy_exports
 
-# The per-sample path's collate is the plain stack.
-collate_image_batch = stack_batch
+# Imported on first use (hf_vit_scaling/__init__.py): the per-sample path loads neither streaming nor the device path.
+_EXPORTS = {
+    "attach_host_crop_transforms": ".crop_decode",
+    "collate_image_batch": ".decoding",
+    "find_bad_images": ".decoding",
+    "stack_batch": ".decoding",
+    "with_sample_index": ".decoding",
+    "DevicePreprocessor": ".device_transforms",
+    "attach_uint8_transforms": ".device_transforms",
+    "collate_uint8_batch": ".device_transforms",
+    "ImageTransform": ".host_transforms",
+    "attach_transforms": ".host_transforms",
+    "choose_input_path": ".input_path",
+    "load_image_classification_data": ".loading",
+    "BUILTIN_DATASET": ".sources",
+    "ImageClassificationData": ".types",
+}
 
-__all__ = [
-    "BUILTIN_DATASET",
-    "DevicePreprocessor",
-    "ImageClassificationData",
-    "ImageTransform",
-    "attach_host_crop_transforms",
-    "attach_transforms",
-    "attach_uint8_transforms",
-    "choose_input_path",
-    "collate_image_batch",
-    "collate_uint8_batch",
-    "find_bad_images",
-    "load_image_classification_data",
-    "stack_batch",
-    "with_sample_index",
-]
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -257,3 +257,7 @@ def stack_batch(examples: list[dict], stack=torch.stack) -> dict:
         "labels": torch.tensor([e["labels"] for e in good], dtype=torch.long),
         **extra,
     }
+
+
+# The per-sample path's collate (the recipes' name for it) is the plain stack.
+collate_image_batch = stack_batch

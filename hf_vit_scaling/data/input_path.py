@@ -105,3 +105,13 @@ def choose_input_path(data: ImageClassificationData, requested: str, cpu_timer=N
     path, why = resolve_input_path(data, requested, cpu_timer)
     logger.info(f"Input path: {path} ({why}).")
     return path
+
+
+def check_eval_crop_path(eval_crop_pct: float | None, input_path: str) -> None:
+    """--eval_crop_pct crops on the device and host_crop paths only."""
+    if eval_crop_pct is not None and input_path == "per_sample":
+        raise UserInputError(
+            "--eval_crop_pct runs on the device and host_crop input paths, but the per-sample path was chosen "
+            "(--input_path per_sample). Fix: --input_path auto (device for images of one size, host_crop "
+            "for variable sizes), or drop --eval_crop_pct."
+        )

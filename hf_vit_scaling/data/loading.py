@@ -5,10 +5,7 @@ the evaluation rows (`streaming.load.StreamingData`). Both answer the questions 
 (`splits`, `label_names`, `raw_shape`, `stored_images`, `streaming`)."""
 
 from hf_vit_scaling.data.sources import load_map_style_data
-from hf_vit_scaling.data.streaming.load import load_streaming_data
-from hf_vit_scaling.data.types import (
-    ImageClassificationData,
-)
+from hf_vit_scaling.data.types import ImageClassificationData
 
 
 def load_image_classification_data(
@@ -17,5 +14,7 @@ def load_image_classification_data(
     """Load, check and split the data the arguments name. `streaming` (StreamingArguments) with --streaming: this
     rank's training stream and the evaluation rows instead (`streaming.StreamingData`)."""
     if streaming is not None and streaming.streaming:
+        from hf_vit_scaling.data.streaming.load import load_streaming_data  # a map-style run never loads streaming
+
         return load_streaming_data(data_args, streaming, seed, cache_dir)
     return load_map_style_data(data_args, seed, cache_dir)

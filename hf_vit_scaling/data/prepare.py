@@ -47,8 +47,7 @@ from hf_vit_scaling.data.sources import label_names_of, load_splits
 from hf_vit_scaling.data.types import detect_image_column, detect_label_column
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.log import logger
-from hf_vit_scaling.training.checkpoints import write_json_atomically
-from hf_vit_scaling.training.faults import prepare_fault
+from hf_vit_scaling.utils import write_json_atomically
 
 ROW_GROUP_ROWS = 128  # rows per Parquet row group: 25 MB at 256 px RGB, what a streaming reader holds at once
 GRAY_MODES = ("1", "L", "LA", "I", "I;16", "I;16L", "I;16B", "I;16N", "F")
@@ -220,8 +219,11 @@ def prepare_shards(
     num_proc: int = 1,
     compression: str = "none",
     shuffle_seed: int | None = 0,
+    after_shard=None,
 ) -> dict:
-    """Write (or finish) the shards and the manifest; returns a summary (shards written and reused, rows, skipped)."""
+    """Write (or finish) the shards and the manifest; returns a summary (shards written and reused, rows, skipped).
+    `after_shard(shards_done)`: called after each shard (recipes/prepare_shards.py passes the fault injector's
+    `prepare_sigkill@N`)."""
     import datasets
     import PIL
     import pyarrow
@@ -265,11 +267,11 @@ def prepare_shards(
         ) as pool:
             for record in pool.imap_unordered(_run_task, tasks):
                 records.append(record)
-                _progress(records, len(tasks), every)
+                _progress(records, len(tasks), every, after_shard)
     else:
         for task in tasks:
             records.append(write_shard(source, output_dir, task, size, resolved_channels, compression))
-            _progress(records, len(tasks), every)
+            _progress(records, len(tasks), every, after_shard)
 
     split_order = list(source.splits)
     records.sort(key=lambda r: (split_order.index(r["file"].split("/")[0]), r["file"]))  # imap_unordered's order
@@ -311,9 +313,10 @@ def prepare_shards(
     return summary
 
 
-def _progress(records: list[dict], total: int, every: int) -> None:
+def _progress(records: list[dict], total: int, every: int, after_shard=None) -> None:
     done = len(records)
     if done % every == 0 or done == total:
         reused = sum(r["reused"] for r in records)
         logger.info(f"  {done}/{total} shards ({reused} kept from an earlier run)")
-    prepare_fault(done)
+    if after_shard is not None:
+        after_shard(done)

@@ -172,7 +172,7 @@ def train_selection(source: str, stored_rows: int, train_rows: int, seed: int, s
     """Which training rows a run used: the source's whole train split, or `train_rows` of its `stored_rows` drawn by
     `seed` (`--max_train_samples` shuffles with the seed, as the HF examples do, and a split drawn for validation
     depends on it too). Two runs saw the same rows exactly when these agree; a distillation teacher must have seen
-    no row its student may not (`arguments.distillation.check_teacher_rows`)."""
+    no row its student may not (`training.distillation.check_teacher_rows`)."""
     drawn = split_made or train_rows < stored_rows
     source = os.path.abspath(source) if os.path.exists(source) else source
     return {"source": source, "rows": train_rows, "of": stored_rows, "seed": seed if drawn else None}

@@ -1,5 +1,14 @@
-"""Reading a checkpoint's tensors, and naming its keys in an error: shared by fine-tuning (`presets`) and by the
-strict loads of resume, the best model and the EMA (`training.checkpoints`)."""
+"""A checkpoint's tensors: reading them, converting their keys as `from_pretrained` does, loading every one strictly
+and naming the keys in an error. Shared by fine-tuning (`presets`), resume and the best model
+(`training.checkpoints`, `training.upstream`) and the EMA (`regularization.ema`)."""
+
+import json
+import os
+import re
+
+from hf_vit_scaling.errors import UserInputError
+
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")  # the Trainer's checkpoint-N folders
 
 SHOWN_KEYS = 3  # an error names this many keys of each kind, then says how many more
 
@@ -45,3 +54,103 @@ def from_pretrained_strictly(model_cls, path: str, error_cls, what: str, fix: st
     if problem:
         raise error_cls(f"{what} {path!r} does not hold every tensor of its model: {problem}. Fix: {fix}")
     return model
+
+
+def checkpoint_step(folder: str) -> int | None:
+    """The step a `checkpoint-N` folder was saved at, or None for another name."""
+    match = _CHECKPOINT_RE.match(os.path.basename(os.path.normpath(folder)))
+    return int(match.group(1)) if match else None
+
+
+def model_weight_files(folder: str) -> list[str]:
+    """The files holding a checkpoint's model weights: model.safetensors, else pytorch_model.bin, each possibly
+    sharded (its .index.json lists the shards); [] when there are none."""
+    from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
+
+    for name in (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME):
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            continue
+        if name.endswith(".index.json"):
+            with open(path, encoding="utf-8") as f:
+                shards = sorted(set(json.load(f)["weight_map"].values()))
+            return [os.path.join(folder, shard) for shard in shards]
+        return [path]
+    return []
+
+
+def converted_state_dict(model, state_dict: dict) -> dict:
+    """`state_dict` under the names of `model`'s modules, through the conversion `from_pretrained` applies
+    (`transformers.core_model_loading.convert_and_load_state_dict_in_model`): the model's registered renamings and
+    converters (`conversion_mapping.get_model_conversion_mapping`), the base-model prefix added or dropped, and a key
+    already in the model's format kept as it is, so converting twice changes nothing. Only the keys change (and a
+    converter's tensors, e.g. a fused qkv split in three); nothing is loaded."""
+    from copy import deepcopy
+
+    from transformers import PreTrainedModel
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightConverter, WeightRenaming, dot_natural_key, rename_source_key
+
+    if not isinstance(model, PreTrainedModel):
+        return dict(state_dict)
+    expected = model.state_dict()
+    transforms = get_model_conversion_mapping(model)
+    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+    converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    by_pattern = {pattern: c for c in converters for pattern in c.source_patterns}
+    prefix = model.base_model_prefix
+    converted, pending = {}, {}
+    for key, tensor in sorted(state_dict.items(), key=lambda item: dot_natural_key(item[0])):  # a converter's order
+        new_key, pattern = rename_source_key(key, renamings, converters, prefix, expected)
+        if new_key not in expected and key in expected:  # already the model's name (as from_pretrained decides)
+            new_key, pattern = rename_source_key(key, [], [], base_model_prefix=prefix, meta_state_dict=expected)
+        if pattern is None or new_key not in expected:
+            converted[new_key] = tensor
+            continue
+        converter = pending.setdefault(new_key, deepcopy(by_pattern[pattern]))
+        converter.add_tensor(new_key, key, pattern, tensor)
+    for first_key, converter in pending.items():
+        for name, value in converter.convert(first_key, model=model, config=model.config).items():
+            converted[name] = value[0] if isinstance(value, list) else value
+    return converted
+
+
+def state_dict_problems(expected: dict, loaded: dict) -> str | None:
+    """None when `loaded` (converted) holds exactly the tensors of `expected` (name -> tensor) with their shapes, else
+    what differs, in one line: the first few keys of each kind."""
+    missing = set(expected) - set(loaded)
+    unexpected = set(loaded) - set(expected)
+    reshaped = {
+        f"{key} {tuple(loaded[key].shape)} (the model has {tuple(expected[key].shape)})"
+        for key in set(expected) & set(loaded)
+        if tuple(loaded[key].shape) != tuple(expected[key].shape)
+    }
+    problems = [
+        f"{len(found)} {what}: {some_keys(found)}"
+        for what, found in (
+            ("tensor(s) of the model missing", missing),
+            ("tensor(s) the model does not have", unexpected),
+            ("tensor(s) of another shape", reshaped),
+        )
+        if found
+    ]
+    return "; ".join(problems) or None
+
+
+def load_model_weights(model, folder: str, error_cls=UserInputError, what: str = "", fix: str = "") -> int:
+    """Load `folder`'s model weights into `model` (a plain module, not DeepSpeed or FSDP), converted as
+    `from_pretrained` converts them, every tensor or none: otherwise `error_cls`, one line: `what` (e.g. the flag),
+    `folder`, the keys, then `fix`. Returns the number of tensors loaded."""
+    import torch
+
+    where = f"{what} {folder}".strip()
+    files = model_weight_files(folder)
+    if not files:
+        raise error_cls(f"{where} holds no model weights (model.safetensors or pytorch_model.bin). {fix}".strip())
+    loaded = converted_state_dict(model, read_state_dict(files))
+    problem = state_dict_problems(model.state_dict(), loaded)
+    if problem:
+        raise error_cls(f"{where} does not restore every tensor of the model: {problem}. {fix}".strip())
+    with torch.no_grad():
+        model.load_state_dict(loaded, strict=True)
+    return len(loaded)

@@ -6,10 +6,10 @@ for launcher-less runs, and the end-of-run shutdown that keeps gloo from abortin
 """
 
 import os
-import socket
 import time
 
 import torch.distributed as dist
+from torch.distributed.elastic.utils.distributed import get_free_port
 
 LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 GLOO_WORKER_THREAD = "pt_gloo_runloop"  # the name torch gives ProcessGroupGloo's worker threads
@@ -54,12 +54,6 @@ def gather_object(obj) -> list:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def ensure_single_process_env() -> bool:
     """Make `python recipe.py --ds_config ...` work without a launcher.
 
@@ -70,7 +64,7 @@ def ensure_single_process_env() -> bool:
         return False
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    os.environ.setdefault("MASTER_PORT", str(get_free_port()))
     return True
 
 

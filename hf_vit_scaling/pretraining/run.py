@@ -29,8 +29,8 @@ from hf_vit_scaling.parallel.distributed import is_main_process
 from hf_vit_scaling.pretraining import reconstruction
 from hf_vit_scaling.pretraining.knn import KnnProbe
 from hf_vit_scaling.pretraining.trainer import WithoutLabels
-from hf_vit_scaling.training.checkpoints import write_json_atomically
 from hf_vit_scaling.training.run import TrainerInputs, World, finish_run, prepare_inputs
+from hf_vit_scaling.utils import write_json_atomically
 
 
 def build_mae_model(args, label_names: list[str]):

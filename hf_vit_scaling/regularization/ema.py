@@ -12,9 +12,19 @@ from safetensors.torch import load_file, save_file
 from transformers import TrainerCallback
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.training.checkpoints import checkpoint_step, converted_state_dict, state_dict_problems
+from hf_vit_scaling.models.weights import checkpoint_step, converted_state_dict, state_dict_problems
 
 EMA_FILENAME = "ema.safetensors"
+
+
+def check_ema_resumable(ema_decay: float | None, resume_from: str | None) -> None:
+    """--ema_decay on a resumed run: the checkpoint must hold the EMA it continues."""
+    if ema_decay is not None and resume_from and not os.path.isfile(os.path.join(resume_from, EMA_FILENAME)):
+        raise UserInputError(
+            f"--ema_decay: the checkpoint {resume_from} has no {EMA_FILENAME} (saved without "
+            "--ema_decay), so the EMA cannot continue exactly. Fix: resume from a checkpoint saved "
+            "with --ema_decay, or start a new run."
+        )
 
 
 # ---------------------------------------------------------------- stochastic depth

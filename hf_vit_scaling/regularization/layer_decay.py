@@ -14,7 +14,7 @@ from transformers import TrainerCallback
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.parallel.distributed import gather_object
 from hf_vit_scaling.regularization.drop_path import vit_blocks
-from hf_vit_scaling.training.checkpoints import write_json_atomically
+from hf_vit_scaling.utils import write_json_atomically
 
 LAYER_DECAY_FILENAME = "layer_decay_groups.json"
 

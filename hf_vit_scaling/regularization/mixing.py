@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from hf_vit_scaling.training.losses import reduce_per_image_loss
+from hf_vit_scaling.losses.reduction import reduce_per_image_loss
 
 
 def box_mask(top, box_h, left, box_w, height: int, width: int) -> torch.Tensor:

@@ -26,10 +26,10 @@ import torch.nn.functional as F
 from transformers import AutoModelForImageClassification
 
 from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.losses.reduction import reduce_per_image_loss
 from hf_vit_scaling.models.weights import from_pretrained_strictly
 from hf_vit_scaling.models.zero3 import zero3_init_off
 from hf_vit_scaling.regularization.mixing import soft_target_cross_entropy, soft_targets
-from hf_vit_scaling.training.losses import reduce_per_image_loss
 
 DISTILLATION_TYPES = ("none", "soft", "hard")
 # DeiT's values: soft τ 3, λ 0.1 (the paper's soft distillation); hard λ ½ (½ label CE + ½ teacher-argmax CE).
@@ -166,3 +166,38 @@ def load_teacher_model(path: str) -> torch.nn.Module:
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         reason = " ".join(str(err).split())[:300]
         raise UserInputError(f"--teacher_model {path!r} could not be read ({reason}). Fix: {TEACHER_FIX}") from None
+
+
+def check_teacher_labels(teacher_labels: list[str], data_labels: list[str], path: str) -> None:
+    """The teacher's classes must be the data's, in the same order (its logit i must mean the data's class i)."""
+    if list(teacher_labels) != list(data_labels):
+        raise UserInputError(
+            f"--teacher_model {path!r} was trained on other classes than the data's: teacher {list(teacher_labels)}, "
+            f"data {list(data_labels)}. Fix: pass a teacher trained on this dataset's classes, in this order."
+        )
+
+
+def describe_selection(selection: dict) -> str:
+    """ "5000 of the 60000 training images of data/fashion_mnist, drawn by seed 42" or "all 60000 ..." """
+    if selection.get("seed") is None:
+        return f"all {selection['rows']} training images of {selection['source']}"
+    return (
+        f"{selection['rows']} of the {selection['of']} training images of {selection['source']}, drawn by seed "
+        f"{selection['seed']}"
+    )
+
+
+def check_teacher_rows(teacher_selection: dict | None, data_selection: dict | None, path: str) -> None:
+    """A teacher trained on this run's dataset must have trained on exactly this run's rows: with other rows (a
+    subset drawn by another --seed, or the whole split) it has seen labelled images the student may not see, and a
+    data-efficiency result would be measured on more labels than it says. Teachers trained elsewhere (another
+    dataset, or a folder without the recipe's model_card.json) are not checked."""
+    if not teacher_selection or not data_selection or teacher_selection["source"] != data_selection["source"]:
+        return
+    if teacher_selection != data_selection:
+        raise UserInputError(
+            f"--teacher_model {path!r} was trained on {describe_selection(teacher_selection)}; this run trains on "
+            f"{describe_selection(data_selection)}, so the teacher has seen labelled images this student may not "
+            "see (--max_train_samples and a drawn validation split depend on --seed). Fix: train the teacher with "
+            "this run's --max_train_samples and --seed, or run the student with the teacher's."
+        )

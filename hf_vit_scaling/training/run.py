@@ -3,8 +3,8 @@
 1. `prepare_world(args)`: the engine (DeepSpeed, FSDP2 or the plain Trainer) and its communication, the learning rate
    for the global batch, sequence-parallel groups, and the checkpoint to resume from; all before the model exists
    (ZeRO-3 builds it partitioned over the world).
-2. `build_model(model_args, label_names, distillation_token)`: a preset from scratch (a ViT, or with
-   `--distillation_token` a DeiT with its second head) or a checkpoint with a new head.
+2. `build_model(model_args, label_names, distillation_token)` (`models/build.py`): a preset from scratch (a ViT,
+   or with `--distillation_token` a DeiT with its second head) or a checkpoint with a new head.
 3. `prepare_inputs(args, world, data, model, processor, model_desc)`: the input path (device, host crop or
    per-sample), the model's hooks in their one order (`model_hooks`), per-rank batches for heterogeneous clusters,
    the metrics and the model card's facts.
@@ -16,47 +16,35 @@ import os
 from dataclasses import dataclass
 from functools import partial
 
-from transformers import AutoImageProcessor
-
-from hf_vit_scaling.arguments.distillation import check_teacher_labels, check_teacher_rows
-from hf_vit_scaling.arguments.regularization import check_regularization
 from hf_vit_scaling.data import choose_input_path, with_sample_index
 from hf_vit_scaling.data.device_transforms import EvalCenterCrop
+from hf_vit_scaling.data.input_path import check_eval_crop_path
 from hf_vit_scaling.data.input_transforms import build_input_transforms, cpu_seconds_per_image
 from hf_vit_scaling.data.streaming.load import attach_streaming_transforms, is_streaming, split_size
 from hf_vit_scaling.evaluation.metrics import make_module_compute_metrics, save_class_report
 from hf_vit_scaling.evaluation.model_card import load_card_facts, teacher_accuracy
 from hf_vit_scaling.log import logger, setup_logging
+from hf_vit_scaling.losses.class_weighting import class_weighting_loss
 from hf_vit_scaling.models.flops import as_pair
 from hf_vit_scaling.models.mae import pretraining_summary
-from hf_vit_scaling.models.presets import (
-    build_model_from_preset,
-    count_parameters,
-    image_processor_for,
-    is_cnn,
-    load_model_for_finetuning,
-    preset_config,
-    with_distillation_token,
-)
-from hf_vit_scaling.models.weight_init import describe_init, initialize_weights
+from hf_vit_scaling.models.presets import count_parameters
 from hf_vit_scaling.parallel.distributed import gather_object, global_batch_size, is_main_process
 from hf_vit_scaling.parallel.engine import Engine, engine_of, start_engine
 from hf_vit_scaling.parallel.hetero import SlowRankSimulator, balanced_rank_batches
 from hf_vit_scaling.parallel.sequence_parallel import setup_sequence_parallel
 from hf_vit_scaling.regularization.batch_augmenter import BatchAugmenter
-from hf_vit_scaling.regularization.ema import EMACallback
+from hf_vit_scaling.regularization.ema import EMACallback, check_ema_resumable
 from hf_vit_scaling.training.checkpoints import (
     check_optimizer_state,
     needs_universal_checkpoint,
     prepare_world_size_change,
     resolve_resume_checkpoint,
-    write_json_atomically,
 )
-from hf_vit_scaling.training.distillation import DistillationLoss, Teacher
+from hf_vit_scaling.training.distillation import DistillationLoss, Teacher, check_teacher_labels, check_teacher_rows
 from hf_vit_scaling.training.hub import push_trained_model
-from hf_vit_scaling.training.imbalance import class_weighting_loss
 from hf_vit_scaling.training.learning_rate import apply_lr_scaling
 from hf_vit_scaling.training.model_hooks import attach_model_hooks
+from hf_vit_scaling.utils import write_json_atomically
 
 
 @dataclass
@@ -102,7 +90,7 @@ def prepare_world(args) -> World:
     start_engine(engine, training)
     sequence_parallel = setup_sequence_parallel(sp_size, engine.ds_config, training)
     resume_from = resume_checkpoint(training, engine)
-    check_regularization(args.regularization, resume_from=resume_from)  # the EMA state must be there
+    check_ema_resumable(args.regularization.ema_decay, resume_from)  # the EMA state must be there
     return World(engine, lr_info, sequence_parallel, resume_from)
 
 
@@ -118,35 +106,6 @@ def resume_checkpoint(training_args, engine: Engine) -> str | None:
     for note in notes:
         logger.info(f"Resume: {note}")
     return folder
-
-
-def build_model(model_args, label_names: list[str], distillation_token: bool = False):
-    """From scratch (preset) or from a checkpoint (new head). Returns (model, image processor, description).
-    `distillation_token` (presets only): the preset's sizes as transformers' DeiTForImageClassificationWithTeacher."""
-    if model_args.model_name_or_path:
-        # --image_size with a checkpoint: high-resolution fine-tuning, position embeddings interpolated once.
-        name = model_args.model_name_or_path
-        model = load_model_for_finetuning(name, label_names, model_args.model_revision, model_args.cache_dir,
-                                          model_args.attn_implementation, model_args.image_size)  # fmt: skip
-        processor = AutoImageProcessor.from_pretrained(
-            name, revision=model_args.model_revision, cache_dir=model_args.cache_dir
-        )
-        if model_args.image_size:
-            processor.size = {"height": model_args.image_size, "width": model_args.image_size}
-        return model, processor, f"fine-tuned from {name}"
-    config = preset_config(model_args.preset, label_names, model_args.image_size, model_args.patch_size,
-                           model_args.attn_implementation, model_args.config_overrides)  # fmt: skip
-    changed = f" ({model_args.config_overrides})" if model_args.config_overrides else ""
-    processor = image_processor_for(config)
-    if distillation_token:
-        config = with_distillation_token(config)
-        changed += " with a distillation token (DeiT)"
-    model = build_model_from_preset(config)
-    if is_cnn(config):  # the ViT weight inits do not apply (check_cnn_preset refused their flags)
-        return model, processor, f"{model_args.preset} (CNN) trained from scratch"
-    initialize_weights(model, model_args.weight_init, model_args.position_embedding_init)
-    init = describe_init(model_args.weight_init, model_args.position_embedding_init)
-    return model, processor, f"{model_args.preset}{changed} trained from scratch{init}"
 
 
 def training_loss(args, data, augmenter):
@@ -226,7 +185,7 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str,
                                                                             reg.eval_crop_pct, on_cpu)  # fmt: skip
         # Batches say which rows they hold (skipped images, --trace_samples); host draws are seeded per sample.
         splits = with_sample_index(splits, seed=args.training.seed)
-    check_regularization(reg, input_path=input_path)
+    check_eval_crop_path(reg.eval_crop_pct, input_path)
     factor = args.cluster.slow_ranks.get(args.training.process_index, 1.0)
     slow_rank = SlowRankSimulator(factor) if factor > 1.0 else None  # labelled in every report
     on_device = reg.eval_crop_pct and input_path == "device"  # host_crop cuts the eval crop on the host

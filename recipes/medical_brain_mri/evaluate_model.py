@@ -30,7 +30,7 @@ from hf_vit_scaling.medical.splits import read_split_file, split_folder_path
 from hf_vit_scaling.medical.statistics import BINARY_REPORT_METRICS, binary_report, choose_threshold
 from hf_vit_scaling.models.presets import count_parameters
 from hf_vit_scaling.models.weights import from_pretrained_strictly
-from hf_vit_scaling.training.checkpoints import write_json_atomically
+from hf_vit_scaling.utils import write_json_atomically
 
 POSITIVE_LABEL = "yes"  # Br35H: tumour
 

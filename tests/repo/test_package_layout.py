@@ -2,8 +2,10 @@
 functions) count as much as module-level ones:
 
 - no import cycle between modules;
-- the training core (training/, parallel/, data/, models/) never imports medical/ or planning/;
-- no top-level module besides errors, log and __init__;
+- the layers: a module imports only its own folder and the layers below its own (`LAYERS`, the table in
+  docs/layout.md), so run-time code never imports `arguments/` (validation runs once, at parse time) and nothing in
+  the training core imports `medical/` or `planning/`;
+- no top-level module besides errors, log, utils and __init__;
 - no module over 500 lines, except those docs/layout.md names with the reason.
 
 Each rule is also run on a small package made in a temporary folder that breaks it, so a checker that finds nothing
@@ -17,9 +19,20 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = "hf_vit_scaling"
-CORE = ("training", "parallel", "data", "models")
-OUTSIDE_THE_CORE = ("medical", "planning")
-TOP_LEVEL_MODULES = {"__init__", "errors", "log"}
+# Bottom to top (docs/layout.md): a module may import its own folder and any lower layer, never its own layer's other
+# folders or a higher layer. A dotted entry (`parallel.distributed`) places that module apart from its folder.
+LAYERS = (
+    ("errors", "utils"),  # leaves
+    ("parallel.distributed",),  # rank helpers: the logger asks them who is the main process
+    ("log",),
+    ("models", "parallel", "losses"),
+    ("data", "regularization", "throughput"),
+    ("evaluation",),
+    ("training",),
+    ("arguments", "pretraining"),  # arguments: names, defaults and validators of the run-time folders below
+    ("medical", "planning"),  # one recipe's own code, and the planner; nothing below imports them
+)
+TOP_LEVEL_MODULES = {"__init__", "errors", "log", "utils"}
 MAX_LINES = 500
 
 
@@ -80,15 +93,31 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def forbidden_imports(graph: dict[str, set[str]], package: str) -> list[str]:
-    """'core.module -> medical/planning module' for every import that crosses the rule."""
+def place(name: str, layers=LAYERS) -> tuple[int, str] | None:
+    """(layer, unit) of a module: its own dotted entry if `layers` has one, else its folder's (top-level modules are
+    their own unit); None for the package's `__init__`, which re-exports the public names of every layer."""
+    relative = name.split(".")[1:]
+    if not relative:
+        return None
+    for unit in (".".join(relative[:2]), relative[0]):
+        for level, units in enumerate(layers):
+            if unit in units:
+                return level, unit
+    raise AssertionError(f"{name} is in no layer: add its folder to LAYERS and to docs/layout.md")
 
-    def folder(name):
-        parts = name.split(".")
-        return parts[1] if len(parts) > 1 else ""
 
-    return sorted(f"{m} -> {d}" for m, deps in graph.items() if folder(m) in CORE
-                  for d in deps if folder(d) in OUTSIDE_THE_CORE)  # fmt: skip
+def layering_violations(graph: dict[str, set[str]], layers=LAYERS) -> list[str]:
+    """'module -> module' for every import of a higher layer or of another unit of the same layer."""
+    found = []
+    for module, deps in graph.items():
+        here = place(module, layers)
+        for dep in deps:
+            there = place(dep, layers)
+            if here is None or there is None or there[1] == here[1]:
+                continue
+            if there[0] >= here[0]:
+                found.append(f"{module} -> {dep}")
+    return sorted(found)
 
 
 def write_package(root: Path, files: dict[str, str]) -> Path:
@@ -107,15 +136,22 @@ def test_no_import_cycle_deferred_imports_included():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-def test_training_core_never_imports_medical_or_planning():
-    crossings = forbidden_imports(import_graph(REPO / PACKAGE), PACKAGE)
-    assert crossings == [], "the training core imports medical/ or planning/: " + "; ".join(crossings)
+def test_no_import_against_the_layers_deferred_imports_included():
+    violations = layering_violations(import_graph(REPO / PACKAGE))
+    assert violations == [], "imports against the layers of docs/layout.md: " + "; ".join(violations)
 
 
-def test_only_errors_log_and_init_at_the_top_level():
+def test_the_layers_of_the_test_are_the_layers_of_the_docs():
+    layout = (REPO / "docs" / "layout.md").read_text(encoding="utf-8")
+    for level, units in enumerate(LAYERS):
+        row = f"| {level} | " + ", ".join(f"`{unit}`" for unit in units) + " |"
+        assert row in layout, f"docs/layout.md's layer table lacks the row {row!r}"
+
+
+def test_only_errors_log_utils_and_init_at_the_top_level():
     top = {p.stem for p in (REPO / PACKAGE).glob("*.py")}
     assert top == TOP_LEVEL_MODULES, (
-        f"top-level modules besides errors, log, __init__: {sorted(top - TOP_LEVEL_MODULES)}"
+        f"top-level modules besides errors, log, utils, __init__: {sorted(top - TOP_LEVEL_MODULES)}"
     )
 
 
@@ -148,15 +184,26 @@ def test_a_deferred_import_cycle_is_found(tmp_path):
     assert find_cycle(import_graph(root)) == ["pkg.data.a", "pkg.data.b", "pkg.data.c", "pkg.data.a"]
 
 
-def test_a_medical_import_in_training_is_found(tmp_path):
+def test_a_deferred_import_of_a_higher_layer_is_found(tmp_path):
     root = write_package(tmp_path / "pkg", {
         "__init__.py": "",
         "medical/__init__.py": "",
         "medical/card.py": "",
+        "arguments/__init__.py": "",
+        "arguments/checks.py": "",
+        "data/__init__.py": "",
+        "data/load.py": "",
         "training/__init__.py": "",
-        "training/run.py": "def finish():\n    from ..medical import card\n",
+        "training/run.py": "from pkg.data import load\ndef finish():\n    from ..medical import card\n"
+                           "    from pkg.arguments.checks import x\n",
+        "regularization/__init__.py": "",
+        "regularization/ema.py": "from pkg.data import load\n",  # the same layer, another folder
     })  # fmt: skip
-    assert forbidden_imports(import_graph(root), "pkg") == ["pkg.training.run -> pkg.medical.card"]
+    assert layering_violations(import_graph(root)) == [
+        "pkg.regularization.ema -> pkg.data.load",
+        "pkg.training.run -> pkg.arguments.checks",
+        "pkg.training.run -> pkg.medical.card",
+    ]
 
 
 @pytest.mark.parametrize("source", ["from pkg.training import run\n", "import pkg.training.run\n"])

@@ -25,7 +25,7 @@ from hf_vit_scaling.data.streaming.reader import (
     SAMPLE_ID,
 )
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.training.checkpoints import write_json_atomically
+from hf_vit_scaling.utils import write_json_atomically
 
 SHUFFLE_INPUT_SHARDS = 10  # datasets' default for IterableDataset.shuffle(max_buffer_input_shards)
 

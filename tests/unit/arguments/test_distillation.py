@@ -4,9 +4,9 @@ folder missing or unreadable, teacher classes other than the data's, flags the t
 import pytest
 from transformers import ResNetConfig
 
-from hf_vit_scaling.arguments.distillation import check_teacher_labels, check_teacher_rows
 from hf_vit_scaling.arguments.parse import parse_args
 from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.training.distillation import check_teacher_labels, check_teacher_rows
 
 
 @pytest.fixture

@@ -5,8 +5,9 @@ import pytest
 from transformers import HfArgumentParser
 
 from hf_vit_scaling.arguments.regularization import RegularizationArguments, check_regularization
+from hf_vit_scaling.data.input_path import check_eval_crop_path
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.regularization.ema import EMA_FILENAME
+from hf_vit_scaling.regularization.ema import EMA_FILENAME, check_ema_resumable
 
 DEIT = dict(
     mixup_alpha=0.8,
@@ -79,7 +80,6 @@ ZERO3 = {"zero_optimization": {"stage": 3}}
         (dict(ema_decay=0.999), dict(ds_config=ZERO3), "ZeRO-3"),
         (dict(layer_decay=0.75), dict(ds_config={"optimizer": {"type": "AdamW"}}), "builds its own optimizer"),
         (dict(layer_decay=0.75), dict(ds_config={"scheduler": {"type": "WarmupLR"}}), "builds its own scheduler"),
-        (dict(eval_crop_pct=0.875), dict(input_path="per_sample"), "--eval_crop_pct"),
     ],
 )
 def test_combinations_that_cannot_work_are_refused(flags, context, match):
@@ -90,7 +90,8 @@ def test_combinations_that_cannot_work_are_refused(flags, context, match):
 
 def test_combinations_that_work_pass():
     args = RegularizationArguments(**DEIT)
-    check_regularization(args, ds_config={"zero_optimization": {"stage": 2}}, input_path="device")
+    check_regularization(args, ds_config={"zero_optimization": {"stage": 2}})
+    check_eval_crop_path(args.eval_crop_pct, "device")
     check_regularization(RegularizationArguments(layer_decay=0.75, drop_path_rate=0.1), ds_config=ZERO3)
     # Every augmentation with sequence parallelism: the ranks of a group share one seed (training/seeding.py), so
     # they draw the same crops, mixes and drop masks (tests/launched/test_sequence_parallel_launched.py).
@@ -98,8 +99,15 @@ def test_combinations_that_work_pass():
 
 
 def test_resuming_with_ema_needs_the_ema_file(tmp_path):
-    args = RegularizationArguments(ema_decay=0.999)
     with pytest.raises(UserInputError, match=f"has no {EMA_FILENAME}"):
-        check_regularization(args, resume_from=str(tmp_path))
+        check_ema_resumable(0.999, str(tmp_path))
     (tmp_path / EMA_FILENAME).write_bytes(b"")
-    check_regularization(args, resume_from=str(tmp_path))
+    check_ema_resumable(0.999, str(tmp_path))
+
+
+def test_eval_crop_is_refused_on_the_per_sample_path():
+    with pytest.raises(UserInputError, match="--eval_crop_pct") as err:
+        check_eval_crop_path(0.875, "per_sample")
+    assert "Fix:" in str(err.value)
+    check_eval_crop_path(0.875, "host_crop")
+    check_eval_crop_path(None, "per_sample")

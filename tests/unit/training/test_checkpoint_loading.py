@@ -2,9 +2,10 @@
 `VitTrainer` (the plain Trainer's load points), the EMA shadow, fine-tuning through `--model_name_or_path`.
 
 transformers 5 saves ViT weights in the original key format (`vit.encoder.layer.N.attention.attention.query`) and
-converts them to the modules' names (`vit.layers.N.attention.q_proj`) only in `from_pretrained`; our loads go through
-the same conversion (`checkpoints.converted_state_dict`) and stop with an error naming the keys and the checkpoint when
-a tensor would stay unrestored. The same through the recipe, as real processes: tests/launched/test_resume_exact.py.
+converts them to the modules' names (`vit.layers.N.attention.q_proj`) only in `from_pretrained`; our loads go
+through the same conversion (`models.weights.converted_state_dict`) and stop with an error naming the keys and the
+checkpoint when a tensor would stay unrestored. The same through the recipe, as real processes:
+tests/launched/test_resume_exact.py.
 """
 
 import pytest
@@ -15,8 +16,8 @@ from transformers import TrainingArguments, ViTForImageClassification, ViTModel
 from hf_vit_scaling.errors import TrainingStopped, UserInputError
 from hf_vit_scaling.log import setup_logging
 from hf_vit_scaling.models.presets import load_model_for_finetuning
+from hf_vit_scaling.models.weights import converted_state_dict, load_model_weights
 from hf_vit_scaling.regularization.ema import EMA_FILENAME, EMACallback
-from hf_vit_scaling.training.checkpoints import converted_state_dict, load_model_weights
 from hf_vit_scaling.training.faults import FAULTS_ENV
 from hf_vit_scaling.training.trainer import VitTrainer
 from tests.helpers.builders import save_tiny_pretrained_vit, tiny_vit_config

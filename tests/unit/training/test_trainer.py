@@ -18,7 +18,8 @@ from hf_vit_scaling.log import setup_logging
 from hf_vit_scaling.parallel.hetero import loss_weight
 from hf_vit_scaling.regularization.ema import EMACallback
 from hf_vit_scaling.training.faults import FAULTS_ENV
-from hf_vit_scaling.training.trainer import TRACE_DIRNAME, VitTrainer
+from hf_vit_scaling.training.sample_trace import TRACE_DIRNAME
+from hf_vit_scaling.training.trainer import VitTrainer
 from tests.helpers.builders import tiny_vit_config
 
 
@@ -146,24 +147,3 @@ def test_the_ema_leaves_out_the_steps_the_nonfinite_policy_skips(make_trainer):
     trainer = make_trainer(ema=ema, nonfinite_policy="skip")
     trainer.nonfinite.check(torch.tensor(float("nan")))  # step 1 skipped on every rank
     assert ema.skipped_steps == trainer.nonfinite.skipped_steps == [1]
-
-
-def test_transformers_restores_generators_only_where_it_skips_data_or_starts_an_epoch():
-    """`VitTrainer._restore_rng_skipped_with_the_data_skip` covers the one case transformers leaves out: with
-    `ignore_data_skip` (a stream resumes from its saved position) a resume in the middle of an epoch restores no
-    generator state. It relies on `Trainer._run_epoch` (5.24) restoring them in exactly two places: the data-skip
-    branch, after the first batches are fetched (`rng_to_sync`), and an epoch's start when no step of it was trained.
-    If this fails, transformers moved that restore: check that a streamed resume is still exact
-    (tests/launched/test_resume_augmented.py) and adapt the method, rather than restoring twice."""
-    import inspect
-
-    from transformers import Trainer
-
-    source = inspect.getsource(Trainer._run_epoch)
-    assert source.count("self._load_rng_state(") == 2
-    assert "if steps_trained_in_current_epoch > 0 and not self.args.ignore_data_skip:" in source
-    skip_branch, epoch_start = source.split("elif steps_trained_in_current_epoch == 0:", 1)
-    assert "rng_to_sync = True" in skip_branch
-    assert epoch_start.lstrip().startswith("self._load_rng_state(resume_from_checkpoint)")
-    fetch, after = source.split("self.get_batch_samples(", 1)
-    assert "if rng_to_sync:" in after and "if rng_to_sync:" not in fetch  # restored after the first fetch

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.training.imbalance import (
+from hf_vit_scaling.losses.class_weighting import (
     class_weighting_loss,
     class_weights,
     make_weighted_loss,

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.training.losses import reduce_per_image_loss
+from hf_vit_scaling.losses.reduction import reduce_per_image_loss
 
 CLASS_WEIGHTING = ("none", "balanced")
 
