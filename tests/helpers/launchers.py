@@ -101,12 +101,11 @@ def steps_trained_since(output_dir, before: dict[str, int]) -> dict[str, list[in
 
 
 def launch_env(**extra) -> dict:
-    """This environment, cleaned of a launcher's rank variables, for CPU runs that never reach the Hub. PYTHONPATH
-    starts with this checkout: a script's own folder, not the working directory, heads sys.path, so without it a
-    launched process imports whichever hf_vit_scaling is installed (an editable install of another checkout)."""
-    settings = dict(DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
+    """This environment, cleaned of a launcher's rank variables, for CPU runs that never reach the Hub (unless
+    `extra` says otherwise), with this checkout first on PYTHONPATH (`utils.child_env`)."""
+    settings = dict(OFFLINE, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
                     PYTHONWARNINGS="ignore::FutureWarning")  # fmt: skip
-    return child_env(REPO, **OFFLINE, **settings, **extra)
+    return child_env(REPO, **{**settings, **extra})
 
 
 def launcher_cmd(launcher: str, nproc: int) -> list[str]:
