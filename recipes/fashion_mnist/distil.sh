@@ -22,9 +22,13 @@ TEACHER_CONFIG=${TEACHER_CONFIG:-$HERE/config_teacher_5k.yaml}
 STUDENT_CONFIG=${STUDENT_CONFIG:-$HERE/config_mae_distil_5k.yaml}
 OUTPUT_ROOT=${OUTPUT_ROOT:-outputs}
 GLOBAL_BATCH=64
+require_count NUM_PROCESSES "$NUM_PROCESSES"
+require_whole SEED "$SEED"
+require_config TEACHER_CONFIG "$TEACHER_CONFIG"
+require_config STUDENT_CONFIG "$STUDENT_CONFIG"
+require_writable OUTPUT_ROOT "$OUTPUT_ROOT"
 if [ $((GLOBAL_BATCH % NUM_PROCESSES)) -ne 0 ]; then
-    echo "error: NUM_PROCESSES=$NUM_PROCESSES does not divide the global batch of $GLOBAL_BATCH. Fix: use 1, 2, 4, ..." >&2
-    exit 2
+    fail "NUM_PROCESSES=$NUM_PROCESSES does not divide the global batch of $GLOBAL_BATCH. Fix: use 1, 2, 4, ..."
 fi
 DATA_DIR=$(sed -n 's/^dataset_name: *//p' "$STUDENT_CONFIG")
 if [ -n "$DATA_DIR" ] && [ ! -d "$DATA_DIR" ]; then

@@ -24,6 +24,7 @@ from datasets import ClassLabel, Dataset, DatasetDict, Features
 from datasets import Image as ImageFeature
 from PIL import Image
 
+from hf_vit_scaling.arguments.field_checks import require_writable_folder
 from hf_vit_scaling.errors import UserInputError
 
 DEBIAN_FOLDER = "/usr/share/datasets/fashion-mnist"
@@ -115,6 +116,7 @@ def main(argv=None) -> int:
     try:
         if os.path.exists(args.output_dir) and not args.overwrite:
             raise UserInputError(f"--output_dir {args.output_dir} exists. Fix: pass --overwrite, or another folder.")
+        require_writable_folder("output_dir", args.output_dir)
         splits = DatasetDict(
             {
                 name: load_split(args.source, prefix, None if args.no_size_check else size)

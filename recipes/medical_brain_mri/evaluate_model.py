@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from transformers import AutoImageProcessor, AutoModelForImageClassification
 
+from hf_vit_scaling.arguments.field_checks import require_in_range
 from hf_vit_scaling.data.decoding import decode_image
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.evaluation.classification_metrics import roc_auc, sensitivity_specificity, softmax
@@ -50,7 +51,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--bootstrap_resamples", type=int, default=2000, help="Bootstrap resamples per metric.")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the bootstrap.")
     parser.add_argument("--batch_size", type=int, default=64)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    require_in_range(vars(args), {"bootstrap_resamples": (1, None, False, 2000), "seed": (0, None, False, 0),
+                                  "batch_size": (1, None, False, 64)})  # fmt: skip
+    if args.min_sensitivity is not None and not 0 < args.min_sensitivity <= 1:
+        raise UserInputError(f"--min_sensitivity must be in (0, 1], got {args.min_sensitivity}. Fix: e.g. "
+                             "--min_sensitivity 0.95.")  # fmt: skip
+    return args
 
 
 def load_model(model_dir: str):
@@ -96,8 +103,8 @@ def split_items(
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
     try:
+        args = parse_args(argv)
         pyplot()  # before predicting: a missing matplotlib fails now, not after minutes of work
         model, processor = load_model(args.model_dir)
         label2id = {str(k): int(v) for k, v in model.config.label2id.items()}

@@ -18,10 +18,16 @@ HERE=recipes/medical_brain_mri
 NUM_PROCESSES=${NUM_PROCESSES:-2}
 CONFIG=${CONFIG:-$HERE/config_vit_tiny.yaml}
 TEACHER_CONFIG=${TEACHER_CONFIG:-}
+require_count NUM_PROCESSES "$NUM_PROCESSES"
+require_config CONFIG "$CONFIG"
+[ -z "$TEACHER_CONFIG" ] || require_config TEACHER_CONFIG "$TEACHER_CONFIG"
 setting() { sed -n "s/^$1: *//p" "${2:-$CONFIG}"; }  # a key of CONFIG, or of the file given second
 DATA_DIR=$(dirname "$(setting train_dir)")
 OUTPUT_DIR=$(setting output_dir)
 IMAGE_SIZE=$(setting image_size)
+require_writable "train_dir's parent in $CONFIG" "$DATA_DIR"
+require_writable "output_dir in $CONFIG" "$OUTPUT_DIR"
+[ -z "$TEACHER_CONFIG" ] || require_writable "output_dir in $TEACHER_CONFIG" "$(setting output_dir "$TEACHER_CONFIG")"
 start=$SECONDS
 
 echo "== prepare ($DATA_DIR)"

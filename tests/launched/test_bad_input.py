@@ -326,6 +326,30 @@ SCRIPT_CASES = {
         ["recipes/scaling_study.py", "--study", "weak", "--output_dir", "OUT", "--weak_fraction_per_process", "0"],
         ["--weak_fraction_per_process must be in (0, 1]", "Fix:"],
     ),
+    "medical prepare negative near-duplicate threshold": (
+        ["recipes/medical_brain_mri/prepare.py", "--output_dir", "OUT", "--near_duplicate_threshold", "-1"],
+        ["--near_duplicate_threshold must be in [0, 128]", "Fix:"],
+    ),
+    "medical prepare fractions not summing to 1": (
+        ["recipes/medical_brain_mri/prepare.py", "--output_dir", "OUT", "--split_fractions", "0.7", "0.7", "0.1"],
+        ["--split_fractions must be three fractions", "Fix:"],
+    ),
+    "medical prepare output_dir in /proc": (
+        ["recipes/medical_brain_mri/prepare.py", "--output_dir", "/proc/nope/br35h"],
+        ["--output_dir '/proc/nope/br35h' cannot be made", "Fix:"],
+    ),
+    "medical evaluate zero bootstrap resamples": (
+        ["recipes/medical_brain_mri/evaluate_model.py", "--model_dir", "OUT", "--bootstrap_resamples", "0"],
+        ["--bootstrap_resamples must be >= 1, got 0", "Fix:"],
+    ),
+    "medical evaluate negative batch size": (
+        ["recipes/medical_brain_mri/evaluate_model.py", "--model_dir", "OUT", "--batch_size", "-8"],
+        ["--batch_size must be >= 1, got -8", "Fix:"],
+    ),
+    "fashion prepare output_dir in /proc": (
+        ["recipes/fashion_mnist/prepare.py", "--output_dir", "/proc/nope/fm", "--source", "OUT"],
+        ["--output_dir '/proc/nope/fm' cannot be made", "Fix:"],
+    ),
 }
 
 
@@ -339,3 +363,68 @@ def test_the_other_scripts_refuse_bad_input_with_one_error_line(tmp_path, case):
     assert all(text in line for text in expected), line
     assert "Traceback" not in proc.stderr
     assert not out.exists() or list(out.iterdir()) == []
+
+
+# The recipe folders' shell scripts: their settings come from the environment and config files, checked before the
+# first step (recipes/common.sh: require_count, require_whole, require_config, require_writable).
+SHELL_CASES = {
+    "medical run.sh negative processes": (
+        "recipes/medical_brain_mri/run.sh",
+        {"NUM_PROCESSES": "-2"},
+        ["NUM_PROCESSES=-2 is not a whole number"],
+    ),
+    "medical run.sh config with a syntax error": (
+        "recipes/medical_brain_mri/run.sh",
+        {"CONFIG": "BAD_YAML"},
+        ["cannot be read as YAML", "line 3"],
+    ),
+    "medical run.sh missing teacher config": (
+        "recipes/medical_brain_mri/run.sh",
+        {"TEACHER_CONFIG": "OUT/nope.yaml"},
+        ["TEACHER_CONFIG=", "not a file"],
+    ),
+    "medical run.sh output_dir that cannot be made": (
+        "recipes/medical_brain_mri/run.sh",
+        {"CONFIG": "PROC_YAML"},
+        ["output_dir in", "cannot be made or written"],
+    ),
+    "fashion distil.sh zero processes": (
+        "recipes/fashion_mnist/distil.sh",
+        {"NUM_PROCESSES": "0"},
+        ["NUM_PROCESSES=0 is not a whole number"],
+    ),
+    "fashion distil.sh negative seed": (
+        "recipes/fashion_mnist/distil.sh",
+        {"SEED": "-1"},
+        ["SEED=-1 is not a whole number"],
+    ),
+    "fashion distil.sh student config with a syntax error": (
+        "recipes/fashion_mnist/distil.sh",
+        {"STUDENT_CONFIG": "BAD_YAML"},
+        ["STUDENT_CONFIG=", "cannot be read"],
+    ),
+    "fashion distil.sh output root that cannot be made": (
+        "recipes/fashion_mnist/distil.sh",
+        {"OUTPUT_ROOT": "/proc/nope"},
+        ["OUTPUT_ROOT=/proc/nope cannot be made"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SHELL_CASES))
+def test_the_folder_scripts_refuse_bad_settings_before_any_step(tmp_path, case):
+    script, settings, expected = SHELL_CASES[case]
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "bad.yaml").write_text("output_dir: x\nimage_size: [16,\n")
+    (tmp_path / "proc.yaml").write_text(
+        "train_dir: OUT/br35h/train\noutput_dir: /proc/nope/model\n".replace("OUT", str(out))
+    )
+    paths = {"BAD_YAML": str(tmp_path / "bad.yaml"), "PROC_YAML": str(tmp_path / "proc.yaml")}
+    env = {key: paths.get(value, value.replace("OUT", str(out))) for key, value in settings.items()}
+    proc = run(["bash", script], timeout=120, PYTHON=sys.executable, **env)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (line,) = error_lines(proc.stderr)
+    assert all(text in line for text in expected) and "Fix:" in line, line
+    assert "==" not in proc.stdout  # no step started ("== prepare", "== teacher")
+    assert list(out.iterdir()) == []

@@ -65,7 +65,8 @@ def spy_run(output_dir, resume=None, **settings) -> Spy:
     config = tiny_vit_config()
     settings = {"save_strategy": "steps", "save_steps": 1, **settings}
     args = TrainingArguments(output_dir=str(output_dir), use_cpu=True, report_to="none", max_steps=4,
-                             per_device_train_batch_size=4, logging_steps=1, disable_tqdm=True, **settings)  # fmt: skip
+                             per_device_train_batch_size=4, logging_steps=1, disable_tqdm=True,
+                             **settings)  # fmt: skip
     trainer = Spy(model=ViTForImageClassification(config), args=args, train_dataset=TinyImages(),
                   eval_dataset=TinyImages(8))  # fmt: skip
     trainer.train(resume_from_checkpoint=resume)
