@@ -11,12 +11,13 @@ so figures are per core). The two flag sets are parsed by the recipe's own `pars
   on:  --random_resized_crop true --horizontal_flip true --mixup_alpha 0.8 --cutmix_alpha 1.0
        --rand_augment rand-m9-mstd0.5-inc1 --random_erasing 0.25 --label_smoothing_factor 0.1 --drop_path_rate 0.1
        --ema_decay 0.9999 (DeiT's set).
-Method: the host side is what a DataLoader worker does, built by the recipe's `attach_input_transforms`: decode,
-uint8 tensor, collate into a batch; timed over whole passes of the data, the two flag sets taking turns in
-alternating order (one warm-up pass each, excluded), median images/s of `--repeats` passes. The device side is the
-recipe's model hooks in order on those batches: the DevicePreprocessor (crop, flip, normalise) then the BatchAugmenter
-(RandAugment, erasing, Mixup/CutMix); median µs per image. Drop path and EMA act inside the model and the optimizer
-step: their cost is in `regularization_cost.py` (EMA) and in the training step, not in the input path.
+Method: the host side is what a DataLoader worker does, built by the recipe's `attach_map_style_transforms`
+(data/input_pipeline.py): decode, uint8 tensor, collate into a batch; timed over whole passes of the data, the two flag
+sets taking turns in alternating order (one warm-up pass each, excluded), median images/s of `--repeats` passes. The
+device side is the recipe's model hooks in order on those batches: the DevicePreprocessor (crop, flip, normalise) then
+the BatchAugmenter (RandAugment, erasing, Mixup/CutMix); median µs per image. Drop path and EMA act inside the model
+and the optimizer step: their cost is in `regularization_cost.py` (EMA) and in the training step, not in the input
+path.
 """
 
 import argparse
@@ -36,9 +37,9 @@ from PIL import Image as PILImage
 from torch.utils.data import DataLoader
 
 from hf_vit_scaling.arguments.parse import parse_args
+from hf_vit_scaling.data.input_pipeline import attach_map_style_transforms
 from hf_vit_scaling.data.types import ImageClassificationData
 from hf_vit_scaling.regularization.batch_augmenter import BatchAugmenter
-from hf_vit_scaling.training.run import attach_input_transforms
 
 MEAN = STD = (0.5, 0.5, 0.5)
 FLAG_SETS = {
@@ -94,7 +95,7 @@ def measure(size: int, count: int, batch: int, repeats: int, workdir: str) -> di
         args = recipe_arguments(flags, os.path.join(workdir, name))
         smoothing = args.training.label_smoothing_factor
         augmenter = BatchAugmenter.from_arguments(args.regularization, 10, MEAN, STD, smoothing)
-        splits, collate, preprocessor, _ = attach_input_transforms(data, args.data, size, MEAN, STD)
+        splits, collate, preprocessor, _ = attach_map_style_transforms(data, args.data, size, MEAN, STD)
         loader = DataLoader(splits["train"], batch_size=batch, collate_fn=collate, num_workers=0)
         sides[name] = {"loader": loader, "preprocessor": preprocessor, "augmenter": augmenter, "host": [], "dev": []}
     for rep in range(repeats + 1):  # pass 0 of each side is the warm-up

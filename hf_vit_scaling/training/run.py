@@ -5,22 +5,19 @@
    (ZeRO-3 builds it partitioned over the world).
 2. `build_model(model_args, label_names, distillation_token)` (`models/build.py`): a preset from scratch (a ViT,
    or with `--distillation_token` a DeiT with its second head) or a checkpoint with a new head.
-3. `prepare_inputs(args, world, data, model, processor, model_desc)`: the input path (device, host crop or
-   per-sample), the model's hooks in their one order (`model_hooks`), per-rank batches for heterogeneous clusters,
-   the metrics and the model card's facts.
+3. `prepare_inputs(args, world, data, model, processor, model_desc)`: four phases, each decided in one place: the
+   loss (`choose_loss`), the input path (`data/input_pipeline.py`), the model's extension points (its hooks in their
+   one order, `model_hooks`), and the run's records (per-rank batches, metrics, EMA, the model card's facts).
 4. `finish_run(trainer, train_result, world, inputs)`: save, evaluate (metrics, and per class in
    eval_confusion_matrix.json), report skipped images, model card, push, one done line.
 """
 
 import os
 from dataclasses import dataclass
-from functools import partial
 
-from hf_vit_scaling.data import choose_input_path, with_sample_index
 from hf_vit_scaling.data.device_transforms import EvalCenterCrop
-from hf_vit_scaling.data.input_path import check_eval_crop_path
-from hf_vit_scaling.data.input_transforms import build_input_transforms, cpu_seconds_per_image
-from hf_vit_scaling.data.streaming.load import attach_streaming_transforms, is_streaming, split_size
+from hf_vit_scaling.data.input_pipeline import attach_input_path
+from hf_vit_scaling.data.streaming.load import split_size
 from hf_vit_scaling.evaluation.metrics import make_module_compute_metrics, save_class_report
 from hf_vit_scaling.evaluation.model_card import load_card_facts, teacher_accuracy
 from hf_vit_scaling.log import logger, setup_logging
@@ -28,7 +25,7 @@ from hf_vit_scaling.losses.class_weighting import class_weighting_loss
 from hf_vit_scaling.models.flops import as_pair
 from hf_vit_scaling.models.mae import pretraining_summary
 from hf_vit_scaling.models.presets import count_parameters
-from hf_vit_scaling.parallel.distributed import gather_object, global_batch_size, is_main_process
+from hf_vit_scaling.parallel.distributed import global_batch_size, is_main_process
 from hf_vit_scaling.parallel.engine import Engine, engine_of, start_engine
 from hf_vit_scaling.parallel.hetero import SlowRankSimulator, balanced_rank_batches
 from hf_vit_scaling.parallel.sequence_parallel import setup_sequence_parallel
@@ -145,55 +142,45 @@ def run_precision(training_args):
     return torch.bfloat16 if training_args.bf16 else (torch.float16 if training_args.fp16 else torch.float32)
 
 
-def attach_input_transforms(
-    data, data_args, size: int, mean, std, eval_crop_pct: float | None = None, on_cpu: bool = False
-):
-    """(splits, collate, device preprocessor or None, input path) for the input path `--input_path` resolves to.
-    `on_cpu`: the model runs on the host's cores, so `auto` times the paths there (rank 0's figures decide for every
-    rank)."""
-    build = partial(build_input_transforms, size=size, mean=mean, std=std, data_args=data_args,
-                    eval_crop_pct=eval_crop_pct)  # fmt: skip
-    cpu_timer = (lambda paths: gather_object(cpu_seconds_per_image(data, paths, build))[0]) if on_cpu else None
-    input_path = choose_input_path(data, data_args.input_path, cpu_timer)
-    crop, flip = data_args.crops_at(size), data_args.flips_at(size)
-    crop_text = f"on (scale {data_args.crop_scale_min}-1)" if crop else "off"
-    logger.info(f"Training augmentation at {size} px: random resized crop {crop_text}, horizontal flip "
-                f"{'on' if flip else 'off'}, random shift of up to {data_args.random_crop_padding} px.")  # fmt: skip
-    return *build(data, input_path), input_path
+def choose_loss(args, data, augmenter) -> tuple:
+    """Phase 1, the loss: (the Trainer's `compute_loss_func` or None, the DistillationLoss or None). DeiT's loss with
+    a teacher (check_distillation refused class weights beside one), else `training_loss`."""
+    if args.distillation.enabled:
+        distillation = distillation_loss_for(args, data, augmenter, run_precision(args.training))
+        return distillation, distillation
+    return training_loss(args, data, augmenter), None
+
+
+def attach_extension_points(args, world: World, model, pipeline, augmenter, distillation) -> None:
+    """Phase 3, the model's extension points: its forward hooks in their one order (`model_hooks`): the device half
+    of the input path, sequence parallelism, a simulated slow rank, the batch augmenter, the eval crop, drop path and
+    the teacher's pixels."""
+    reg = args.regularization
+    factor = args.cluster.slow_ranks.get(args.training.process_index, 1.0)
+    slow_rank = SlowRankSimulator(factor) if factor > 1.0 else None  # labelled in every report
+    on_device = reg.eval_crop_pct and pipeline.input_path == "device"  # host_crop cuts the eval crop on the host
+    eval_crop = EvalCenterCrop(as_pair(model.config.image_size)[0], reg.eval_crop_pct) if on_device else None
+    attach_model_hooks(model, pipeline.preprocessor, world.sequence_parallel, slow_rank,
+                       augmenter if augmenter.active else None, eval_crop, reg.drop_path_rate,
+                       distillation)  # fmt: skip
 
 
 def prepare_inputs(args, world: World, data, model, processor, model_desc: str,
                    classifier: bool = True) -> TrainerInputs:  # fmt: skip
-    """Transforms for the chosen input path, the model's hooks in their order, per-rank batches, the loss, metrics,
-    EMA and the model card's facts. `classifier=False` (MAE pretraining): no classification metrics (their
-    `evaluate` modules are not loaded) and no card facts."""
+    """What the Trainer is given besides the model, in four phases, each decided in one place: the loss
+    (`choose_loss`), the input path (`data/input_pipeline.attach_input_path`), the model's extension points
+    (`attach_extension_points`), and the run's records (per-rank batches, metrics, EMA, the model card's facts).
+    `classifier=False` (MAE pretraining): no classification metrics (their `evaluate` modules are not loaded) and no
+    card facts."""
     size, mean, std = as_pair(model.config.image_size)[0], processor.image_mean, processor.image_std
     reg = args.regularization
     smoothing = args.training.label_smoothing_factor  # applied by the augmenter's loss, before mixing
     augmenter = BatchAugmenter.from_arguments(reg, len(data.label_names), mean, std, smoothing)
-    distillation = None
-    if args.distillation.enabled:  # check_distillation refused class weights beside a teacher
-        loss = distillation = distillation_loss_for(args, data, augmenter, run_precision(args.training))
-    else:
-        loss = training_loss(args, data, augmenter)
-    if is_streaming(data):  # batches are made in the stream; its items already carry their sample ids
-        splits, collate, preprocessor, input_path = attach_streaming_transforms(data, args, size, mean, std,
-                                                                                world.resume_from)  # fmt: skip
-    else:
-        on_cpu = args.training.device.type == "cpu"
-        splits, collate, preprocessor, input_path = attach_input_transforms(data, args.data, size, mean, std,
-                                                                            reg.eval_crop_pct, on_cpu)  # fmt: skip
-        # Batches say which rows they hold (skipped images, --trace_samples); host draws are seeded per sample.
-        splits = with_sample_index(splits, seed=args.training.seed)
-    check_eval_crop_path(reg.eval_crop_pct, input_path)
-    factor = args.cluster.slow_ranks.get(args.training.process_index, 1.0)
-    slow_rank = SlowRankSimulator(factor) if factor > 1.0 else None  # labelled in every report
-    on_device = reg.eval_crop_pct and input_path == "device"  # host_crop cuts the eval crop on the host
-    eval_crop = EvalCenterCrop(size, reg.eval_crop_pct) if on_device else None
-    attach_model_hooks(model, preprocessor, world.sequence_parallel, slow_rank,
-                       augmenter if augmenter.active else None, eval_crop, reg.drop_path_rate,
-                       distillation)  # fmt: skip
-    rank_batches = balanced_rank_batches(args.cluster.balance_batches, model, splits["train"], collate, args.training)
+    loss, distillation = choose_loss(args, data, augmenter)  # reads the training labels: before the transforms
+    pipeline = attach_input_path(data, args, size, mean, std, world.resume_from)
+    attach_extension_points(args, world, model, pipeline, augmenter, distillation)
+    rank_batches = balanced_rank_batches(args.cluster.balance_batches, model, pipeline.splits["train"],
+                                         pipeline.collate, args.training)  # fmt: skip
     card = model_card_facts(args, world, data, model, model_desc) if classifier else None
     if distillation is not None:
         card["setup"] |= teacher_card_rows(args.distillation)
@@ -201,7 +188,8 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str,
     # top-1, top-5, macro F1; per-class kept aside
     metrics = make_module_compute_metrics(data.label_names) if classifier else None
     teacher_config = distillation.teacher.model.config if distillation is not None else None
-    return TrainerInputs(splits, collate, metrics, card, rank_batches, loss, ema, teacher_config, input_path)
+    return TrainerInputs(pipeline.splits, pipeline.collate, metrics, card, rank_batches, loss, ema, teacher_config,
+                         pipeline.input_path)  # fmt: skip
 
 
 def teacher_card_rows(distil) -> dict:

@@ -21,8 +21,8 @@ PACKAGE = "hf_vit_scaling"
 # recipe: (modules, lines) at most. train_vit_minimal's is the issue's: 40 modules, 4,500 lines.
 BUDGETS = {
     "train_vit_minimal.py": (40, 4_500),
-    "train_vit.py": (82, 11_000),
-    "pretrain_mae.py": (84, 11_000),
+    "train_vit.py": (90, 11_000),  # the whole run-time package: every feature is a flag of the full recipe
+    "pretrain_mae.py": (90, 11_000),
     "plan.py": (30, 3_600),
     "prepare_shards.py": (22, 2_200),
     "scaling_study.py": (15, 1_000),
