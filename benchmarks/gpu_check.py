@@ -599,8 +599,9 @@ class Check:
         )  # fmt: skip
         launcher = None
         if engine.processes > 1:
-            launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(engine.processes),
-                        "--master_port", str(get_free_port())]  # fmt: skip
+            from hf_vit_scaling.parallel.launch import launch_command  # this checkout's (on PYTHONPATH by now)
+
+            launcher = launch_command("torchrun", engine.processes, get_free_port())
         cmd = cell_command(cell, engine.ds_config, "device", str(out), launcher)
         # Full batches only: a short last batch has another shape, which a compiled model recompiles for.
         cmd += [*engine.flags, "--dataloader_drop_last", "true"]

@@ -71,22 +71,18 @@ def read_cell(out: str) -> dict:
     """The figures of one finished run, from its throughput.json (the recipe's own report)."""
     # Imported here, not at the top: benchmarks/gpu_check.py imports this module before it has made sure the
     # package's dependencies (deepspeed, datasets) are installed, and the package's loader pulls them in.
-    from hf_vit_scaling.throughput.schema import load_throughput_report
+    from hf_vit_scaling.throughput.schema import throughput_row
 
-    report = load_throughput_report(os.path.join(out, "throughput.json"))
+    row = throughput_row(os.path.join(out, "throughput.json"))
+    kept = ("images_per_s", "tflops_per_device", "mfu", "peak_tflops", "peak_source", "data_wait_fraction")
     return dict(
-        images_per_s=report["throughput"]["images_per_s"],
-        tflops_per_device=report["flops"]["achieved_tflops_per_device"],
-        mfu=report["flops"]["mfu"],
-        peak_tflops=report["flops"]["peak_tflops_per_device"],
-        peak_source=report["flops"]["peak_source"],
-        data_wait_fraction=report["step_time_s"]["data_wait_fraction"],
-        step_time_s=report["step_time_s"]["mean"],
-        memory_bytes=report["memory"]["max_bytes"],
-        memory_kind=report["memory"]["kind"],
-        memory_gib=report["memory"]["max_bytes"] / 2**30,
-        device=report["setup"]["devices"][0],
-        world_size=report["setup"]["world_size"],
+        {key: row[key] for key in kept},
+        step_time_s=row["step_time_mean_s"],
+        memory_bytes=row["memory_max_bytes"],
+        memory_kind=row["memory_kind"],
+        memory_gib=row["memory_max_bytes"] / 2**30,
+        device=row["device"],
+        world_size=row["world_size"],
     )
 
 

@@ -131,3 +131,29 @@ def load_throughput_report(path: str) -> dict:
     if missing:
         raise ValueError(f"{path}: throughput report lacks {', '.join(missing)}")
     return report
+
+
+def throughput_row(path: str) -> dict:
+    """One finished run's figures from its throughput.json, flat, for a table row: the scaling study's results.csv
+    and the GPU benchmark's cells read them here (one reader, the schema's key names)."""
+    report = load_throughput_report(path)
+    setup, flops, step, memory, ranks = (report[k] for k in ("setup", "flops", "step_time_s", "memory", "ranks"))
+    return {
+        "nodes": setup["num_nodes"],
+        "world_size": setup["world_size"],
+        "zero_stage": setup["zero_stage"],
+        "device": setup["devices"][0],
+        "images_per_s": report["throughput"]["images_per_s"],
+        "images_per_s_per_device": report["throughput"]["images_per_s_per_device"],
+        "step_time_mean_s": step["mean"],
+        "step_time_median_s": step["median"],
+        "data_wait_fraction": step["data_wait_fraction"],
+        "tflops_per_device": flops["achieved_tflops_per_device"],
+        "peak_tflops": flops["peak_tflops_per_device"],
+        "peak_source": flops["peak_source"],
+        "mfu": flops["mfu"],
+        "memory_max_bytes": memory["max_bytes"],
+        "memory_kind": memory["kind"],
+        "est_sync_wait_s_total": ranks["est_sync_wait_s_total"],
+        "slowest_rank": ranks["slowest_rank"],
+    }

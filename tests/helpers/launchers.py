@@ -11,6 +11,7 @@ from pathlib import Path
 
 from torch.distributed.elastic.utils.distributed import get_free_port as free_port  # noqa: F401 (the tests import it from here)
 
+from hf_vit_scaling.parallel.launch import launch_command
 from hf_vit_scaling.utils import OFFLINE, child_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,31 +110,8 @@ def launch_env(**extra) -> dict:
 
 
 def launcher_cmd(launcher: str, nproc: int) -> list[str]:
-    port = str(free_port())
-    if launcher == "python":
-        return [sys.executable]
-    if launcher == "torchrun":
-        return [str(BIN / "torchrun"), "--nproc_per_node", str(nproc), "--master_port", port]
-    if launcher == "accelerate":
-        multi = ["--multi_gpu"] if nproc > 1 else []
-        return [
-            str(BIN / "accelerate"),
-            "launch",
-            *multi,
-            "--num_processes",
-            str(nproc),
-            "--num_machines",
-            "1",
-            "--mixed_precision",
-            "no",
-            "--dynamo_backend",
-            "no",
-            "--main_process_port",
-            port,
-        ]
-    if launcher == "deepspeed":
-        return [str(BIN / "deepspeed"), "--num_accelerators", str(nproc), "--master_port", port]
-    raise ValueError(launcher)
+    """`nproc` processes on this machine through `launcher` (parallel/launch.py), on a free port."""
+    return launch_command(launcher, nproc, free_port())
 
 
 def run(cmd: list, timeout: int = 600, cwd=None, **env) -> subprocess.CompletedProcess:

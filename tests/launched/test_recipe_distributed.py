@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from hf_vit_scaling.parallel.launch import launch_command
 from tests.helpers.builders import MIXED, make_image_folder
 from tests.helpers.engine_runs import ENGINE_STEPS
 from tests.helpers.launchers import (
@@ -268,17 +269,7 @@ def test_two_nodes_on_one_machine(tmp_path):
     procs = []
     for node_rank in (0, 1):
         cmd = [
-            launcher_cmd("torchrun", 1)[0],
-            "--nnodes",
-            "2",
-            "--node_rank",
-            str(node_rank),
-            "--nproc_per_node",
-            "1",
-            "--master_addr",
-            "127.0.0.1",
-            "--master_port",
-            port,
+            *launch_command("torchrun", 1, port, nnodes=2, node_rank=node_rank),
             str(RECIPE),
             "--output_dir",
             str(tmp_path / f"node{node_rank}"),

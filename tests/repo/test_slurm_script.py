@@ -6,7 +6,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 
 import pytest
 from transformers import HfArgumentParser
@@ -59,8 +58,7 @@ def test_default_grid_has_each_process_count_once(tmp_path, nodes, gpus_per_node
     own = study_arguments(tmp_path)
     assert own[own.index("--processes") + 1] == ",".join(map(str, expected))
     assert own[own.index("--nnodes") + 1] == str(nodes)
-    sys.path.insert(0, str(REPO / "recipes"))
-    from scaling_study import StudyArguments, build_grid
+    from hf_vit_scaling.planning.study_runner import StudyArguments, build_grid
 
     (args,) = HfArgumentParser(StudyArguments).parse_args_into_dataclasses(own)
     grid = build_grid(args)

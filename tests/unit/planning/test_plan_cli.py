@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.planning.plan_arguments import parse_memory_size, resolve_bandwidth
 from hf_vit_scaling.planning.shapes import GiB
 
 REPO = Path(__file__).resolve().parents[3]
@@ -116,19 +117,18 @@ def test_table_names_the_recommendation(capsys):
 
 
 def test_parse_memory_size_and_bandwidth():
-    recipe = load_recipe()
-    assert recipe.parse_memory_size("40GB") == 40 * GiB
-    assert recipe.parse_memory_size("16384MB") == 16 * GiB
-    assert recipe.parse_memory_size("80") == 80 * GiB
-    assert recipe.parse_memory_size("1.5TiB") == int(1.5 * 1024 * GiB)
+    assert parse_memory_size("40GB") == 40 * GiB
+    assert parse_memory_size("16384MB") == 16 * GiB
+    assert parse_memory_size("80") == 80 * GiB
+    assert parse_memory_size("1.5TiB") == int(1.5 * 1024 * GiB)
     for bad in ("abc", "40XB", "", "-4GB", "0GB"):
         with pytest.raises(UserInputError, match="Fix:"):
-            recipe.parse_memory_size(bad)
-    assert recipe.resolve_bandwidth("nvlink3", {"nvlink3": 230.0}, "--interconnect") == 230.0
-    assert recipe.resolve_bandwidth("12.5", {}, "--interconnect") == 12.5
+            parse_memory_size(bad)
+    assert resolve_bandwidth("nvlink3", {"nvlink3": 230.0}, "--interconnect") == 230.0
+    assert resolve_bandwidth("12.5", {}, "--interconnect") == 12.5
     for bad in ("fast", "0", "-3", "nan"):
         with pytest.raises(UserInputError, match="Fix:"):
-            recipe.resolve_bandwidth(bad, {"nvlink3": 230.0}, "--interconnect")
+            resolve_bandwidth(bad, {"nvlink3": 230.0}, "--interconnect")
 
 
 def test_mae_plan_counts_the_encoder_on_visible_tokens_and_the_decoder(capsys):
@@ -148,7 +148,7 @@ def test_mae_plan_counts_the_encoder_on_visible_tokens_and_the_decoder(capsys):
     assert "MAE: 111.9 M parameters, encoder on 50 of 197 tokens (mask ratio 0.75), decoder 512 wide x 8" in (
         capsys.readouterr().out)  # fmt: skip
     for flags, message in ((["--mask_ratio", "0"], "--mask_ratio must be in (0, 1)"),
-                           (["--decoder_hidden_size", "-8"], "--decoder_hidden_size must be positive")):  # fmt: skip
+                           (["--decoder_hidden_size", "-8"], "--decoder_hidden_size must be >= 1")):  # fmt: skip
         assert recipe.main(["--mae", *flags]) == 2
         (line,) = capsys.readouterr().err.strip().splitlines()
         assert line.startswith(f"error: {message}") and "Fix:" in line

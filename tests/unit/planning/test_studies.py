@@ -85,8 +85,7 @@ def test_scaling_columns_pair_rows_with_their_baseline():
 
 
 def test_study_grid_takes_heterogeneity_and_caps_the_per_device_batch():
-    sys.path.insert(0, str(REPO / "recipes"))
-    from scaling_study import StudyArguments, build_grid, cell_command
+    from hf_vit_scaling.planning.study_runner import StudyArguments, build_grid, cell_command
 
     args = StudyArguments(
         study="strong",
@@ -111,8 +110,7 @@ def test_study_grid_takes_heterogeneity_and_caps_the_per_device_batch():
 
 
 def test_zero_study_compares_every_zero_config_with_fsdp2_on_two_or_more_processes():
-    sys.path.insert(0, str(REPO / "recipes"))
-    from scaling_study import StudyArguments, build_grid, cell_command
+    from hf_vit_scaling.planning.study_runner import StudyArguments, build_grid, cell_command
 
     args = StudyArguments(study="zero", output_dir="/tmp/unused", processes="1,2")
     grid = build_grid(args)
@@ -131,8 +129,7 @@ def test_zero_study_compares_every_zero_config_with_fsdp2_on_two_or_more_process
 def test_every_node_keeps_its_own_launch_log_in_the_shared_run_folder(tmp_path, monkeypatch):
     # Two nodes run the same cell into one run folder (a shared file system). Each node's launcher output must
     # survive: node 1's error is exactly what node 0's log lacks when node 1 is the one that failed.
-    sys.path.insert(0, str(REPO / "recipes"))
-    import scaling_study
+    from hf_vit_scaling.planning import study_runner as scaling_study
 
     def launch(a, cell, index, run_dir, extra, n_train):  # stands in for torchrun: prints, then fails on node 1
         code = f"import sys; print('node {a.node_rank} says hello'); sys.exit({a.node_rank})"
@@ -160,8 +157,7 @@ def test_every_node_keeps_its_own_launch_log_in_the_shared_run_folder(tmp_path, 
 def test_a_value_listed_twice_is_refused_not_run_twice(option, value):
     # Two cells of one name share a run folder and a results row: the second would be "finished earlier" on node 0
     # and launched again on every other node, which then waits for a rendezvous that never comes.
-    sys.path.insert(0, str(REPO / "recipes"))
-    from scaling_study import StudyArguments, build_grid
+    from hf_vit_scaling.planning.study_runner import StudyArguments, build_grid
 
     args = StudyArguments(study="batch", output_dir="/tmp/unused", **{option: value})
     message = rf"^error: --{option} {re.escape(value)} lists \S+ more than once\. Fix: list each value once\.$"
