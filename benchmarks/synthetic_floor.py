@@ -5,8 +5,8 @@
 
 The floor runs the same model, engine and precision on one batch already on the device: no loader, no callbacks,
 no Trainer; the optimizer step included.
-  - plain Trainer: `gpu_check.plain_step`, the Trainer's step without DeepSpeed (forward, backward, clipping at 1.0,
-    fused AdamW, zero_grad);
+  - plain Trainer: `gpu_check_floor.plain_step`, the Trainer's step without DeepSpeed (forward, backward, clipping at
+    1.0, fused AdamW, zero_grad);
   - ZeRO-0/2/3: the same model and fused AdamW in a DeepSpeed engine built from the same ds_configs/ file, its
     "auto" values filled by transformers' own `HfTrainerDeepSpeedConfig` (as the Trainer fills them), then
     engine(batch), engine.backward(loss), engine.step().
@@ -72,7 +72,7 @@ def deepspeed_step(model: torch.nn.Module, ds_config: Path, batch_size: int, ste
 
 def floor_worker(args) -> None:
     """The floor arm's own process: prints one JSON line with `time_steps`'s figures."""
-    from gpu_check import plain_step, time_steps
+    from gpu_check_floor import plain_step, time_steps
 
     from hf_vit_scaling.models.presets import build_model_from_preset, preset_config
 

@@ -1,0 +1,151 @@
+"""The GPU check's settings (`Settings`, one per run), its engines and the time each item may take; constants of the
+built-in data. Part of benchmarks/gpu_check.py."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS = REPO / "benchmarks"
+NEEDED_MODULES = ("deepspeed", "datasets", "evaluate")  # the GPU image has torch, transformers, accelerate, ...
+DIGITS_ROWS = 1797  # scikit-learn's digits, the recipe's built-in dataset
+TRAIN_FRACTION = 0.85  # the recipe carves --train_val_split 0.15 out of a source with no validation split
+DATA_WAIT_TARGET = 0.05
+DIGITS_LABELS = [str(digit) for digit in range(10)]
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str  # hf_vit_scaling.planning.shapes.ENGINES
+    label: str
+    ds_config: str | None  # a file in ds_configs/
+    flags: tuple[str, ...]
+    processes: int
+
+
+ENGINES = (
+    Engine("ddp", "plain Trainer", None, (), 1),
+    Engine("zero2", "ZeRO-2", "zero2.json", (), 1),
+    Engine("zero3", "ZeRO-3", "zero3.json", (), 1),
+    # FSDP2 shards over the processes of a distributed run: the recipe refuses 1 process (arguments/checks.py).
+    Engine("fsdp2", "FSDP2", None, ("--fsdp", "--fsdp_config", str(REPO / "fsdp_configs" / "fsdp2.json")), 2),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one mode runs. Sizes on the GPU: ViT-B/16 eager at ~2,500 images/s is ~50 ms a step at batch 128, so
+    the steps cost seconds; each run's start (imports, model, DeepSpeed) and each compile (~1 min) cost the rest."""
+
+    dry_run: bool
+    model_preset: str
+    image_size: int
+    batch_size: int
+    precision: str
+    eager_steps: int
+    eager_warmup: int
+    compiled_steps: int
+    compiled_warmup: int  # the first step compiles; the few after can recompile
+    workers: int
+    shard_size: int  # stored side: 256 for 224 px training (docs/prepare.md)
+    prepare_procs: int
+    floor_steps: int
+    floor_warmup: int
+    compiled_engines: tuple[str, ...]
+    # torch.compile's backend. The dry run's aot_eager traces with dynamo and AOT autograd as inductor does, without
+    # the code generation (C++ on a CPU, which the GPU does not run anyway: 36 s for the tiny floor model here, 1 s
+    # with aot_eager).
+    compile_backend: str
+    budget_s: float
+    # (expected, limit) seconds per kind of item: an item starts only with its expected time left in the budget,
+    # and runs at most its limit (or what is left of the budget).
+    times: dict
+
+
+GPU = Settings(
+    dry_run=False,
+    model_preset="vit-b-16",
+    image_size=224,
+    batch_size=128,
+    precision="bf16",
+    eager_steps=80,
+    eager_warmup=20,
+    compiled_steps=100,
+    compiled_warmup=30,
+    workers=8,
+    shard_size=256,
+    prepare_procs=8,
+    floor_steps=50,
+    floor_warmup=10,
+    compiled_engines=("ddp", "zero2", "zero3", "fsdp2"),
+    compile_backend="inductor",
+    # 9 minutes, less what comes outside the clock: make and Python start-up before it, a timed-out item's stop (up
+    # to 15 s) and the writing after it.
+    budget_s=515,
+    times={
+        "setup": (30, 180),
+        "shards": (30, 150),
+        "eager": (35, 120),
+        "eager-zero3": (45, 150),
+        "floor": (90, 200),
+        "compiled": (100, 200),
+        "compiled-zero3": (120, 240),
+        "planner-grid": (60, 150),
+    },
+)
+DRY_RUN = Settings(
+    dry_run=True,
+    model_preset="vit-tiny-cpu",
+    image_size=16,
+    batch_size=16,
+    precision="fp32",
+    eager_steps=10,
+    eager_warmup=2,
+    compiled_steps=10,
+    compiled_warmup=3,
+    workers=1,
+    shard_size=16,
+    prepare_procs=1,
+    floor_steps=20,
+    floor_warmup=3,
+    # One compiled run: the others differ from it only by the engine flags, which their eager runs check, and each
+    # compile costs ~30 s of a 2-core CPU.
+    compiled_engines=("ddp",),
+    compile_backend="aot_eager",
+    # A cap, not the target (about 2 minutes on 2 idle cores): on a loaded CI machine, or where DeepSpeed builds
+    # its CPU op for the first time, the same items take longer and must still all run.
+    budget_s=420,
+    times={
+        "setup": (5, 60),
+        "shards": (10, 60),
+        # The first DeepSpeed run on a machine JIT-builds DeepSpeed's CPU shared-memory op (~20 s of g++), cached
+        # in ~/.cache/torch_extensions after.
+        "eager": (10, 90),
+        "eager-fsdp2": (20, 90),
+        "floor": (30, 90),
+        "compiled": (35, 120),
+        "planner-grid": (0, 0),
+    },
+)
+
+
+def item_times(settings: Settings, kind: str, key: str | None = None) -> tuple[float, float]:
+    return settings.times.get(f"{kind}-{key}", settings.times[kind])
+
+
+def runs_here(settings: Settings, engine: Engine) -> bool:
+    """Whether this machine can run the engine: a multi-process engine needs a GPU per process (NCCL runs one rank
+    per GPU); the dry run starts its processes on the CPU."""
+    return settings.dry_run or engine.processes <= torch.cuda.device_count()
+
+
+def shard_copies(settings: Settings) -> int:
+    """Copies of the digits that give every run its steps within one epoch (the largest run: its steps x batch x
+    processes training rows)."""
+    steps = max(settings.eager_steps, settings.compiled_steps)
+    processes = max(engine.processes for engine in ENGINES if runs_here(settings, engine))
+    return math.ceil(steps * settings.batch_size * processes / math.floor(DIGITS_ROWS * TRAIN_FRACTION))
