@@ -21,7 +21,7 @@ from transformers import ViTConfig, ViTMAEConfig
 
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.log import logger
-from hf_vit_scaling.models.weights import some_keys
+from hf_vit_scaling.models.weights import shape_problems, some_keys
 
 DECODER_FIELDS = ("decoder_hidden_size", "decoder_num_hidden_layers", "decoder_num_attention_heads",
                   "decoder_intermediate_size")  # fmt: skip
@@ -106,22 +106,16 @@ def expected_encoder_shapes(vit_config: ViTConfig) -> dict[str, tuple]:
 def check_encoder_tensors(name_or_path: str, encoder: dict, expected: dict[str, tuple]) -> None:
     """Every encoder tensor the classifier needs is in the checkpoint with its shape, and nothing else: else one
     `UserInputError` naming the keys."""
-    missing = set(expected) - set(encoder)
-    extra = set(encoder) - set(expected)
-    wrong = {k for k in set(expected) & set(encoder) if tuple(encoder[k].shape) != expected[k]}
-    problems = [
-        f"{len(keys)} {what}: {some_keys(keys)}"
-        for what, keys in (
-            ("encoder tensor(s) missing", missing),
-            ("encoder tensor(s) of the wrong shape", wrong),
-            ("tensor(s) the encoder does not have", extra),
-        )
-        if keys
-    ]
+    words = (
+        "encoder tensor(s) missing",
+        "tensor(s) the encoder does not have",
+        "encoder tensor(s) of the wrong shape",
+    )
+    problems = shape_problems(expected, encoder, words)
     if problems:
         raise UserInputError(
             f"--model_name_or_path {name_or_path!r} (an MAE checkpoint) does not hold the whole encoder of its "
-            f"config: {'; '.join(problems)}. Fix: pass the output folder of a finished recipes/pretrain_mae.py "
+            f"config: {problems}. Fix: pass the output folder of a finished recipes/pretrain_mae.py "
             "run (its config.json and model.safetensors together)."
         )
 

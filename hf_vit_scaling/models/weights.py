@@ -115,26 +115,27 @@ def converted_state_dict(model, state_dict: dict) -> dict:
     return converted
 
 
-def state_dict_problems(expected: dict, loaded: dict) -> str | None:
-    """None when `loaded` (converted) holds exactly the tensors of `expected` (name -> tensor) with their shapes, else
-    what differs, in one line: the first few keys of each kind."""
+MODEL_WORDS = ("tensor(s) of the model missing", "tensor(s) the model does not have", "tensor(s) of another shape")
+
+
+def shape_problems(expected: dict[str, tuple], loaded: dict, words: tuple[str, str, str] = MODEL_WORDS) -> str | None:
+    """The one missing / extra / wrong-shape key report: None when `loaded` (name -> tensor) holds exactly the names of
+    `expected` (name -> shape) with those shapes, else what differs, in one line: the first few keys of each kind,
+    named by `words` (missing, not expected, of another shape)."""
     missing = set(expected) - set(loaded)
     unexpected = set(loaded) - set(expected)
     reshaped = {
-        f"{key} {tuple(loaded[key].shape)} (the model has {tuple(expected[key].shape)})"
+        f"{key} {tuple(loaded[key].shape)} (expected {tuple(expected[key])})"
         for key in set(expected) & set(loaded)
-        if tuple(loaded[key].shape) != tuple(expected[key].shape)
+        if tuple(loaded[key].shape) != tuple(expected[key])
     }
-    problems = [
-        f"{len(found)} {what}: {some_keys(found)}"
-        for what, found in (
-            ("tensor(s) of the model missing", missing),
-            ("tensor(s) the model does not have", unexpected),
-            ("tensor(s) of another shape", reshaped),
-        )
-        if found
-    ]
-    return "; ".join(problems) or None
+    found = zip(words, (missing, unexpected, reshaped))
+    return "; ".join(f"{len(keys)} {what}: {some_keys(keys)}" for what, keys in found if keys) or None
+
+
+def state_dict_problems(expected: dict, loaded: dict) -> str | None:
+    """`shape_problems` of a model's state dict (name -> tensor) against a converted checkpoint's tensors."""
+    return shape_problems({key: tuple(value.shape) for key, value in expected.items()}, loaded)
 
 
 def load_model_weights(model, folder: str, error_cls=UserInputError, what: str = "", fix: str = "") -> int:

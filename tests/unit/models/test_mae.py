@@ -149,8 +149,11 @@ def test_an_mae_checkpoint_without_a_whole_encoder_is_refused(tmp_path, damage):
     else:
         tensors[key] = torch.zeros(191, 96)
     save_file(tensors, str(path), metadata={"format": "pt"})
-    what = "1 encoder tensor(s) missing" if damage == "missing" else "1 encoder tensor(s) of the wrong shape"
-    expected = re.escape(f"does not hold the whole encoder of its config: {what}: {key}. Fix:")
+    if damage == "missing":
+        what = f"1 encoder tensor(s) missing: {key}"
+    else:
+        what = f"1 encoder tensor(s) of the wrong shape: {key} (191, 96) (expected (192, 96))"
+    expected = re.escape(f"does not hold the whole encoder of its config: {what}. Fix:")
     with pytest.raises(UserInputError, match=expected) as err:
         load_model_for_finetuning(str(tmp_path / "mae"), LABELS)
     assert "\n" not in str(err.value)
