@@ -29,7 +29,6 @@ from hf_vit_scaling import (
     MaeTrainer,
     TrainingStopped,
     UserInputError,
-    add_throughput_callback,
     build_mae_model,
     exit_code_for,
     finish_mae_run,
@@ -70,10 +69,14 @@ def main(argv=None) -> int:
             nonfinite_policy=args.reliability.on_nonfinite_loss,
             trace_samples=args.reliability.trace_samples,
             knn=inputs.knn,
+            throughput=dict(
+                warmup_steps=args.report.throughput_warmup_steps,
+                peak_tflops=args.report.peak_tflops,
+                engine=world.engine,
+                slow_ranks=args.cluster.slow_ranks,
+                rank_batches=inputs.rank_batches,
+            ),  # fmt: skip
         )
-        add_throughput_callback(trainer, warmup_steps=args.report.throughput_warmup_steps,
-                                peak_tflops=args.report.peak_tflops, engine=world.engine,
-                                slow_ranks=args.cluster.slow_ranks, rank_batches=inputs.rank_batches)  # fmt: skip
 
         # Training, then the picture, evaluation (k-NN accuracy), pretraining.json and the done line
         try:

@@ -38,7 +38,6 @@ from hf_vit_scaling import (
     TrainingStopped,
     UserInputError,
     VitTrainer,
-    add_throughput_callback,
     build_model,
     exit_code_for,
     finish_run,
@@ -82,12 +81,16 @@ def main(argv=None) -> int:
             compute_loss_func=inputs.compute_loss_func,
             layer_decay=args.regularization.layer_decay,
             ema=inputs.ema,
+            throughput=dict(
+                warmup_steps=args.report.throughput_warmup_steps,
+                peak_tflops=args.report.peak_tflops,
+                engine=world.engine,
+                slow_ranks=args.cluster.slow_ranks,
+                rank_batches=inputs.rank_batches,
+                sequence_parallel_size=args.engine.sequence_parallel_size,
+                teacher_config=inputs.teacher_config,
+            ),  # fmt: skip
         )
-        add_throughput_callback(trainer, warmup_steps=args.report.throughput_warmup_steps,
-                                peak_tflops=args.report.peak_tflops, engine=world.engine,
-                                slow_ranks=args.cluster.slow_ranks, rank_batches=inputs.rank_batches,
-                                sequence_parallel_size=args.engine.sequence_parallel_size,
-                                teacher_config=inputs.teacher_config)  # fmt: skip
 
         # Training, then evaluation, reports, model card and the done line
         try:

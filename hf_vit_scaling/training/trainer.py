@@ -20,6 +20,7 @@ pinned by tests/unit/training/test_upstream.py.
 - `layer_decay`: BEiT's per-layer learning rates as the optimizer's parameter groups (every ZeRO stage), written to
   output_dir/layer_decay_groups.json as the optimizer holds them when training starts;
 - `ema`: an `EMACallback`; evaluation adds `eval_ema_*`, each checkpoint holds `ema.safetensors` before it is marked.
+- `throughput`: the `ThroughputCallback`'s settings (`throughput.timing`): throughput.json and the printed table;
 - `class_reports`: the latest confusion matrix and per-class accuracy of each evaluation (`eval`, `eval_ema`), when
   `compute_metrics` keeps them (`evaluation.ModuleComputeMetrics`); `run.finish_run` writes them.
 Injected faults (`faults.FaultInjector`) do nothing unless the environment asks for them.
@@ -34,6 +35,7 @@ from hf_vit_scaling.parallel.distributed import gather_object
 from hf_vit_scaling.parallel.hetero import UnevenBatchSampler, loss_weight
 from hf_vit_scaling.parallel.sequence_parallel import shard_dataloader_by_data_parallel_rank
 from hf_vit_scaling.regularization.layer_decay import LayerDecayReport, layer_decay_optimizer_cls_and_kwargs
+from hf_vit_scaling.throughput.timing import add_throughput_callback
 from hf_vit_scaling.training.faults import FaultInjector
 from hf_vit_scaling.training.nonfinite import NonFiniteLossPolicy
 from hf_vit_scaling.training.sample_trace import SampleTrace
@@ -53,7 +55,8 @@ class VitTrainer(UpstreamOverrides):
 
     def __init__(self, *args, model_card: dict | None = None, rank_batches: list[int] | None = None,
                  sequence_parallel=None, nonfinite_policy: str = "stop", trace_samples: bool = False,
-                 layer_decay: float | None = None, ema=None, **kwargs):  # fmt: skip
+                 layer_decay: float | None = None, ema=None, throughput: dict | None = None,
+                 **kwargs):  # fmt: skip
         if kwargs.get("args") is not None:
             pin_data_order_seed(kwargs["args"])  # before the Trainer reads it into its data loader configuration
         super().__init__(*args, **kwargs)
@@ -81,6 +84,8 @@ class VitTrainer(UpstreamOverrides):
         self.faults = FaultInjector(self.args.process_index)
         if self.faults:
             self.add_callback(self.faults)
+        if throughput is not None:  # first in the callback list: its figures reach the reporting integrations
+            add_throughput_callback(self, **throughput)
 
     @property
     def skipped_steps(self) -> list[int]:
