@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from hf_vit_scaling.data.device_transforms import EvalCenterCrop
 from hf_vit_scaling.data.input_pipeline import attach_input_path
 from hf_vit_scaling.data.streaming.load import split_size
+from hf_vit_scaling.evaluation.card_facts import model_card_facts, teacher_card_rows
 from hf_vit_scaling.evaluation.metrics import make_module_compute_metrics, save_class_report
 from hf_vit_scaling.evaluation.model_card import load_card_facts, teacher_accuracy
 from hf_vit_scaling.log import logger, setup_logging
 from hf_vit_scaling.losses.class_weighting import class_weighting_loss
 from hf_vit_scaling.models.flops import as_pair
-from hf_vit_scaling.models.mae import pretraining_summary
 from hf_vit_scaling.models.presets import count_parameters
-from hf_vit_scaling.parallel.distributed import global_batch_size, is_main_process
+from hf_vit_scaling.parallel.distributed import is_main_process
 from hf_vit_scaling.parallel.engine import Engine, engine_of, start_engine
 from hf_vit_scaling.parallel.hetero import SlowRankSimulator, balanced_rank_batches
 from hf_vit_scaling.parallel.sequence_parallel import setup_sequence_parallel
@@ -190,54 +190,6 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str,
     teacher_config = distillation.teacher.model.config if distillation is not None else None
     return TrainerInputs(pipeline.splits, pipeline.collate, metrics, card, rank_batches, loss, ema, teacher_config,
                          pipeline.input_path)  # fmt: skip
-
-
-def teacher_card_rows(distil) -> dict:
-    """The card's teacher rows: the folder with the distillation settings, and the accuracy its run recorded."""
-    settings = f"{distil.distillation_type}, alpha {distil.distillation_alpha:g}, tau {distil.distillation_tau:g}"
-    return {
-        "teacher": f"{distil.teacher_model} ({settings})",
-        "teacher accuracy": teacher_accuracy(distil.teacher_model),
-    }
-
-
-def model_card_facts(args, world: World, data, model, model_desc: str) -> dict:
-    """Everything the model card says except the metrics (see `model_card.render_model_card`)."""
-    training, sp_size = args.training, args.engine.sequence_parallel_size
-    gas, lr_info = training.gradient_accumulation_steps, world.lr_info
-    lr_scaling = "none" if lr_info["rule"] == "none" else (
-        f"{lr_info['rule']} from {lr_info['base_lr']:g} at batch {lr_info['reference_batch']}"
-    )  # fmt: skip
-    pretrained = pretraining_summary(args.model.model_name_or_path) if args.model.model_name_or_path else None
-    return {
-        "model_name": os.path.basename(os.path.normpath(training.output_dir)),
-        "model_desc": model_desc,
-        "model_type": model.config.model_type,  # the card's tag: vit, deit, resnet, regnet...
-        "dataset": data.source,
-        "eval_split_size": len(data.splits["validation"]),
-        "train_selection": data.train_selection,  # which rows trained it: a teacher's are checked by its students
-        "hub_model_id": training.hub_model_id,
-        "setup": {
-            "model": args.model.model_name_or_path or args.model.preset,
-            "parameters": f"{count_parameters(model) / 1e6:.2f} M",
-            "image size": model.config.image_size,
-            "patch size": getattr(model.config, "patch_size", None) or "none (CNN)",
-            "classes": len(data.label_names),
-            "engine": world.engine.describe(),
-            "ds_config": world.engine.ds_config_path or "none",
-            "world size": training.world_size,
-            "per-device batch": training.per_device_train_batch_size,
-            "gradient accumulation": gas,
-            "sequence parallel size": sp_size,
-            "global batch": global_batch_size(training.per_device_train_batch_size, gas, training.world_size, sp_size),
-            "learning rate": training.learning_rate,
-            "lr scaling": lr_scaling,
-            "epochs": training.num_train_epochs if training.max_steps <= 0 else f"{training.max_steps} steps",
-            "precision": "bf16" if training.bf16 else ("fp16" if training.fp16 else "fp32"),
-            "seed": training.seed,
-            **({"pretraining": pretrained} if pretrained else {}),  # an MAE run's folder: its mask ratio, steps
-        },
-    }
 
 
 def distinct_bad_samples(notes: list[dict]) -> list[dict]:

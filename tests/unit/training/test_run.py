@@ -4,10 +4,11 @@ import json
 from types import SimpleNamespace
 
 from hf_vit_scaling.arguments.parse import parse_args
+from hf_vit_scaling.evaluation.card_facts import model_card_facts, teacher_card_rows
 from hf_vit_scaling.models.build import build_model
 from hf_vit_scaling.models.presets import image_processor_for
 from hf_vit_scaling.parallel.engine import Engine
-from hf_vit_scaling.training.run import World, model_card_facts, report_skips, teacher_card_rows
+from hf_vit_scaling.training.run import World, report_skips
 from tests.helpers.builders import save_tiny_pretrained_vit
 
 
