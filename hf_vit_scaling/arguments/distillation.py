@@ -1,4 +1,4 @@
-"""The distillation group: a teacher, and DeiT's loss (`training.distillation`).
+"""The distillation group: a teacher (`training.distillation`), and DeiT's loss (`losses.distillation`).
 
 Every distillation flag needs `--teacher_model`; the teacher's folder is read (its config) here, before any data
 loads; its weights load after the model is built, and its classes and training rows are checked against the data's
@@ -11,7 +11,8 @@ from transformers import AutoConfig, PretrainedConfig
 
 from hf_vit_scaling.arguments.field_checks import require_folder
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.training.distillation import DEFAULT_ALPHA, DEFAULT_TAU, DISTILLATION_TYPES, TEACHER_FIX
+from hf_vit_scaling.losses.distillation import DEFAULT_ALPHA, DEFAULT_TAU, DISTILLATION_TYPES
+from hf_vit_scaling.training.distillation import TEACHER_FIX
 
 
 @dataclass

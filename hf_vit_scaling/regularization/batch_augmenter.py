@@ -37,13 +37,8 @@ from dataclasses import dataclass
 
 import torch
 
-from hf_vit_scaling.regularization.mixing import (
-    MixRecord,
-    box_mask,
-    mix_batch,
-    soft_target_cross_entropy,
-    soft_targets,
-)
+from hf_vit_scaling.losses.soft_target import soft_target_cross_entropy, soft_targets
+from hf_vit_scaling.regularization.mixing import MixRecord, box_mask, mix_batch
 from hf_vit_scaling.regularization.rand_augment import RandAugment, RandAugmentSpec, parse_rand_augment
 
 # ---------------------------------------------------------------- RandAugment / TrivialAugment spec (timm's notation)

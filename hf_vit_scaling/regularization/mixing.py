@@ -1,13 +1,10 @@
-"""Mixup and CutMix per image (timm's `mode="elem"`), their Beta draws and boxes, and the soft targets and
-soft-target cross-entropy they train with (label smoothing first, then the mix: timm's `mixup_target`)."""
+"""Mixup and CutMix per image (timm's `mode="elem"`), their Beta draws and boxes. The soft targets and the
+soft-target cross-entropy they train with are losses (`losses/soft_target.py`)."""
 
 import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
-
-from hf_vit_scaling.losses.reduction import reduce_per_image_loss
 
 
 def box_mask(top, box_h, left, box_w, height: int, width: int) -> torch.Tensor:
@@ -101,25 +98,3 @@ def mix_batch(
     partner = torch.arange(n - 1, -1, -1, device=dev)
     # lerp(partner, own, w) = partner + w (own - partner) = w own + (1 - w) partner, in one pass.
     return torch.lerp(x.flip(0), x, weight.unsqueeze(1)), MixRecord(kept, partner)  # x.flip(0) = x[partner]
-
-
-def soft_targets(
-    labels: torch.Tensor, num_classes: int, smoothing: float = 0.0, record: MixRecord | None = None
-) -> torch.Tensor:
-    """(n, C) float targets: smoothed one-hot (1 - eps + eps/C on the label, eps/C elsewhere: each row sums to 1),
-    then mixed with the partner's row as the pixels were (timm's `mixup_target`)."""
-    off = smoothing / num_classes
-    targets = torch.full((labels.shape[0], num_classes), off, device=labels.device, dtype=torch.float32)
-    targets.scatter_(1, labels.view(-1, 1).long(), 1.0 - smoothing + off)
-    if record is not None:
-        lam = record.lam.to(targets.device).view(-1, 1)
-        targets = lam * targets + (1.0 - lam) * targets[record.partner.to(targets.device)]
-    return targets
-
-
-def soft_target_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
-    """sum_c -targets_c log softmax(logits)_c per image, in float32; the mean over the batch, or, with
-    `num_items_in_batch` (the Trainer's count over the whole accumulated, all-rank batch), the sum divided by it:
-    the same reduction as transformers' `fixed_cross_entropy`, so the Trainer's loss scaling stays right."""
-    per_image = -(targets * F.log_softmax(logits.float(), dim=-1)).sum(dim=-1)
-    return reduce_per_image_loss(per_image, num_items_in_batch)

@@ -23,6 +23,7 @@ from hf_vit_scaling.evaluation.metrics import make_module_compute_metrics, save_
 from hf_vit_scaling.evaluation.model_card import load_card_facts, teacher_accuracy
 from hf_vit_scaling.log import logger, setup_logging
 from hf_vit_scaling.losses.class_weighting import class_weighting_loss
+from hf_vit_scaling.losses.distillation import DistillationLoss
 from hf_vit_scaling.models.flops import as_pair
 from hf_vit_scaling.models.presets import count_parameters
 from hf_vit_scaling.parallel.distributed import is_main_process
@@ -37,7 +38,7 @@ from hf_vit_scaling.training.checkpoints import (
     prepare_world_size_change,
     resolve_resume_checkpoint,
 )
-from hf_vit_scaling.training.distillation import DistillationLoss, Teacher, check_teacher_labels, check_teacher_rows
+from hf_vit_scaling.training.distillation import Teacher, check_teacher_labels, check_teacher_rows
 from hf_vit_scaling.training.hub import push_trained_model
 from hf_vit_scaling.training.learning_rate import apply_lr_scaling
 from hf_vit_scaling.training.model_hooks import attach_model_hooks

@@ -6,8 +6,9 @@ import torch.nn.functional as F
 from transformers import Trainer, TrainingArguments
 
 from hf_vit_scaling.data.device_transforms import DevicePreprocessor
+from hf_vit_scaling.losses.soft_target import soft_target_cross_entropy, soft_targets
 from hf_vit_scaling.regularization.batch_augmenter import BatchAugmenter, random_erasing
-from hf_vit_scaling.regularization.mixing import mix_batch, soft_target_cross_entropy, soft_targets
+from hf_vit_scaling.regularization.mixing import mix_batch
 from hf_vit_scaling.regularization.rand_augment import RandAugment, parse_rand_augment
 
 MEAN = STD = (0.5, 0.5, 0.5)

@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hf_vit_scaling.regularization.mixing import mix_batch, sample_beta, soft_target_cross_entropy, soft_targets
+from hf_vit_scaling.losses.soft_target import soft_target_cross_entropy, soft_targets
+from hf_vit_scaling.regularization.mixing import mix_batch, sample_beta
 
 NUM_CLASSES, SIZE = 10, 16  # the tiny_vit fixture's classes and image size
 

@@ -8,14 +8,9 @@ import torch
 from transformers import ResNetConfig, ResNetForImageClassification
 
 from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.losses.distillation import DEFAULT_ALPHA, DistillationLoss, distillation_loss
 from hf_vit_scaling.regularization.batch_augmenter import BatchAugmenter
-from hf_vit_scaling.training.distillation import (
-    DEFAULT_ALPHA,
-    DistillationLoss,
-    Teacher,
-    distillation_loss,
-    load_teacher_model,
-)
+from hf_vit_scaling.training.distillation import Teacher, load_teacher_model
 
 # 2 images, 3 classes
 STUDENT = torch.tensor([[2.0, 0.5, -1.0], [0.0, 1.0, 0.2]])
