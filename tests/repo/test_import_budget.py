@@ -1,5 +1,5 @@
 """What each recipe pulls in: its own `hf_vit_scaling` imports, run in a fresh interpreter, must load at most a
-budget of the package's modules and lines (issue 36: a user who copies `train_vit_minimal.py` carries only what it
+budget of the package's modules and lines (so a user who copies `train_vit_minimal.py` carries only what it
 uses). The lazy top-level `__init__` (PEP 562) is what keeps these numbers small: an eager one loads all ~80 modules
 for any single name.
 
