@@ -30,7 +30,6 @@ import argparse
 import ctypes
 import json
 import os
-import resource
 import sys
 import time
 
@@ -192,6 +191,7 @@ def main() -> int:
 
         from hf_vit_scaling.models.presets import build_model_from_preset, preset_config
         from hf_vit_scaling.parallel.engine import engine_of, start_engine
+        from hf_vit_scaling.utils import peak_rss_bytes
 
         labels = [str(i) for i in range(args.num_labels)]
         dataset = SyntheticImages(
@@ -211,7 +211,7 @@ def main() -> int:
         "config": vars(args),
         "world_size": int(os.environ.get("WORLD_SIZE", "1")),
         "trained": trained,
-        "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "max_rss_bytes": peak_rss_bytes(),
         "wall_s": round(time.time() - started, 1),
         **summarise(timeline, steps),
     }

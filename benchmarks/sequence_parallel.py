@@ -30,7 +30,6 @@ Method:
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -117,6 +116,7 @@ def worker(args) -> None:
     from hf_vit_scaling.models.presets import build_model_from_preset, preset_config
     from hf_vit_scaling.parallel.distributed import shutdown_distributed
     from hf_vit_scaling.parallel.sequence_parallel import setup_sequence_parallel
+    from hf_vit_scaling.utils import peak_rss_bytes
 
     sp = None
     if world > 1:
@@ -163,7 +163,7 @@ def worker(args) -> None:
         "rank": rank,
         "saved_activation_bytes": activation,
         "cuda_peak_step_bytes": torch.cuda.max_memory_allocated() - before if cuda else None,
-        "rss_peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "rss_peak_bytes": peak_rss_bytes(),
         "step_s_median": statistics.median(times),
         "cpu_s_median": statistics.median(cpu),
         "comm_s_median": statistics.median(comm),

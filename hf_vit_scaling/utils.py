@@ -3,7 +3,8 @@ folder, the recipes, the benchmarks and the tests.
 
 - `write_json_atomically`: a JSON file readers see whole or not at all (checkpoint markers, data positions, reports);
 - `child_env`: the environment of a child process this project starts (a recipe run, a benchmark arm, a study cell);
-- `lazy_exports`: a package's public names imported on first use (PEP 562), so importing one name loads one module.
+- `lazy_exports`: a package's public names imported on first use (PEP 562), so importing one name loads one module;
+- `peak_rss_bytes`: this process's own peak resident memory, not its launcher's.
 
 A free TCP port for a launcher's rendezvous is torchrun's own
 `torch.distributed.elastic.utils.distributed.get_free_port`."""
@@ -11,6 +12,8 @@ A free TCP port for a launcher's rendezvous is torchrun's own
 import importlib
 import json
 import os
+import resource
+import sys
 
 # What a launcher (torchrun, accelerate, deepspeed, srun) exports to its workers: a child started from inside a
 # launched process must not inherit them, or a 1-process run waits for a world that never comes.
@@ -52,3 +55,21 @@ def lazy_exports(package: str, exports: dict[str, str]):
         return getattr(importlib.import_module(exports[name], package), name)
 
     return __getattr__
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size in bytes, as the kernel's high-water mark of its own memory (Linux:
+    VmHWM in /proc/self/status, in KiB).
+    Not `getrusage(RUSAGE_SELF).ru_maxrss`: Linux keeps that across execve, and a child that Python's subprocess
+    starts with vfork takes its parent's high-water mark at exec, so a rank or probe started from a 1.5 GB process
+    reports at least 1.5 GB however little it uses (measured: a 10 MB child reported 1,585 MB; VmHWM said 10.6 MB).
+    Elsewhere (macOS: no /proc) ru_maxrss, which macOS reports in bytes."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024

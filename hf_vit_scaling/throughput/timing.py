@@ -18,7 +18,6 @@ prints it, `schema.REPORT_SCHEMA` says what every key means.
 import json
 import os
 import platform
-import resource
 import statistics
 import time
 
@@ -42,6 +41,7 @@ from hf_vit_scaling.parallel.distributed import gather_object, rank_and_world
 from hf_vit_scaling.throughput.report import format_report
 from hf_vit_scaling.throughput.schema import REPORT_FILENAME
 from hf_vit_scaling.throughput.summary import summarize
+from hf_vit_scaling.utils import peak_rss_bytes
 
 MAX_STEPS_GATHERED = 20_000  # per-step arrays beyond this are trimmed to the last steps before gathering
 
@@ -79,7 +79,7 @@ def _versions() -> dict:
 
 
 def _memory(device_type: str, device) -> dict:
-    rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    rss_peak = peak_rss_bytes()  # this rank's own peak, not its launcher's
     if device_type == "cuda":
         return {
             "allocated_peak_bytes": torch.cuda.max_memory_allocated(device),

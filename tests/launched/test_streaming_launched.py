@@ -67,14 +67,15 @@ def test_every_row_once_per_pass_across_two_ranks(tmp_path, shards):
 # --------------------------------------------------------------------------- memory
 
 RSS_PROBE = """
-import resource, sys, json
+import sys, json
 import datasets
 import pyarrow.parquet as pq
+from hf_vit_scaling.utils import peak_rss_bytes
 
 data = datasets.Dataset(datasets.table.InMemoryTable(pq.read_table(sys.argv[1:])))  # map-style, held in memory
 for batch in data.iter(batch_size=256):  # one epoch
     pass
-print(json.dumps({"rss_peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+print(json.dumps({"rss_peak_bytes": peak_rss_bytes()}))  # its own peak, not pytest's (see peak_rss_bytes)
 """
 
 
