@@ -12,7 +12,7 @@ NUM_PROCESSES ?= $(shell if command -v nvidia-smi >/dev/null 2>&1; then \
 	else n=$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$$n" -gt 0 ] && echo $$n || echo 1; fi; \
 	else echo 2; fi)
 
-.PHONY: install train medical medical-distil fashion-distil test test-parallel test-fast test-unit style quality clean gpu-check
+.PHONY: install train medical medical-distil fashion-distil test test-serial test-fast test-unit style quality clean gpu-check
 
 install: $(VENV)/.installed
 
@@ -54,14 +54,13 @@ SEED ?= 42
 fashion-distil: install
 	SEED=$(SEED) bash recipes/fashion_mnist/distil.sh
 
-# The 25 slowest tests are listed at the end. `make test-parallel` runs the same tests on 2 pytest-xdist workers
-# (20 min 10 s against ~25 min, measured on a fresh clone), but tests/launched/test_streaming_launched.py's RSS
-# comparison failed once there (memory measured beside the other worker's runs): serial until that test is made robust.
+# 2 pytest-xdist workers; --dist loadfile keeps each test file on one worker, so a file's shared launched runs
+# (module fixtures) run once. The 25 slowest tests are listed at the end. `make test-serial`: one process.
 test: install
-	$(VENV)/bin/python -m pytest -q tests --durations=25
-
-test-parallel: install
 	$(VENV)/bin/python -m pytest -q tests -n 2 --dist loadfile --durations=25
+
+test-serial: install
+	$(VENV)/bin/python -m pytest -q tests --durations=25
 
 test-fast: install
 	$(VENV)/bin/python -m pytest -q tests -m "not distributed"
