@@ -15,6 +15,7 @@ _EXPORTS = {
     "attach_transforms": ".data.host_transforms",
     "collate_image_batch": ".data.decoding",
     "load_image_classification_data": ".data.loading",
+    "TrainingInterrupted": ".errors",
     "TrainingStopped": ".errors",
     "UserInputError": ".errors",
     "make_compute_metrics": ".evaluation.metrics",

@@ -4,7 +4,13 @@
   prints `error: <message>` once and exits 2. The message names the flag or file and says how to fix it.
 - `TrainingStopped`: training began but cannot go on safely (a non-finite loss, a failed checkpoint save); the
   recipe prints `error: <message>` and exits 1. The message names the newest complete checkpoint.
+- `TrainingInterrupted`: a stop signal (preemption, the time limit's warning) ended training at a step boundary with a
+  checkpoint; the recipe prints `interrupted by ...` (not an error) and exits 75, "run me again" (resume).
 """
+
+# sysexits.h EX_TEMPFAIL, "a temporary failure; the user is invited to retry": not 1 (failed), not 128 + signal
+# (killed). The run stopped on purpose, saved, and resumes when started again.
+INTERRUPTED_EXIT_CODE = 75
 
 
 class UserInputError(ValueError):
@@ -22,6 +28,11 @@ class TrainingStopped(Exception):
 
 class NonFiniteLossError(TrainingStopped):
     """A NaN/inf training loss on some rank under `--on_nonfinite_loss stop`; the ranks agreed on it together."""
+
+
+class TrainingInterrupted(TrainingStopped):
+    """A stop signal ended training at a step boundary, on every rank, with a checkpoint to resume from (exit
+    INTERRUPTED_EXIT_CODE)."""
 
 
 class CheckpointSaveError(TrainingStopped):

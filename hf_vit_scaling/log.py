@@ -8,7 +8,7 @@ libraries keep their own verbosity (transformers: the Trainer's `--log_level`).
 import logging
 import sys
 
-from hf_vit_scaling.errors import TrainingStopped, UserInputError
+from hf_vit_scaling.errors import INTERRUPTED_EXIT_CODE, TrainingInterrupted, TrainingStopped, UserInputError
 from hf_vit_scaling.parallel.distributed import is_main_process
 
 logger = logging.getLogger("hf_vit_scaling")
@@ -55,11 +55,16 @@ def setup_logging(transformers_level: int | None = None) -> None:
 
 
 def exit_code_for(err: Exception) -> int:
-    """Log `err` as one `error:` line and return the recipe's exit code: 2 for bad input, 1 for a stopped run.
+    """Log `err` as one `error:` line and return the recipe's exit code: 2 for bad input, 1 for a stopped run; an
+    interrupted run (a stop signal, a checkpoint saved) is one plain line from the main process and exit 75.
 
     Bad input is the same on every rank, so only the main process says it; a stopped run is said by the main process,
     and also by any rank that may be the only one to know (a failed save on that rank)."""
     setup_logging()
+    if isinstance(err, TrainingInterrupted):
+        if is_main_process():
+            logger.warning(str(err))
+        return INTERRUPTED_EXIT_CODE
     if isinstance(err, UserInputError):
         show, code = is_main_process(), 2
     elif isinstance(err, TrainingStopped):

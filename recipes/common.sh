@@ -15,19 +15,8 @@ launch() {  # N SCRIPT [ARGS...]; 2 or more processes: --multi_gpu, accelerate's
         --num_processes "$processes" --num_machines 1 --mixed_precision no --dynamo_backend no "$@"
 }
 
-# Bad input, checked before any step starts: one `error:` line naming the variable and the fix, exit 2.
-fail() {
-    echo "error: $*" >&2
-    exit 2
-}
-
-require_count() {  # NAME VALUE: a whole number of at least 1 (processes)
-    [[ "$2" =~ ^[0-9]+$ ]] && [ "$2" -ge 1 ] || fail "$1=$2 is not a whole number of at least 1. Fix: e.g. $1=2."
-}
-
-require_whole() {  # NAME VALUE: a whole number, 0 or more (a seed)
-    [[ "$2" =~ ^[0-9]+$ ]] || fail "$1=$2 is not a whole number (0 or more). Fix: e.g. $1=42."
-}
+# fail, require_count, require_whole, require_writable: recipes/checks.sh (the Slurm scripts use them too).
+source recipes/checks.sh
 
 require_config() {  # NAME FILE: a YAML file of `flag: value` lines, as recipes/train_vit.py reads it
     [ -f "$2" ] || fail "$1=$2 is not a file. Fix: pass one of the config files of $(dirname "$0")."
@@ -46,11 +35,4 @@ if not isinstance(settings, dict):
     sys.exit(print("it holds no flag: value lines") or 1)
 PY
     ) || fail "$1=$2 cannot be read as YAML ($problem). Fix: correct the file (one flag: value per line)."
-}
-
-require_writable() {  # NAME FOLDER: the folder exists or can be made, and can be written (nothing is left behind)
-    local where=$2 probe
-    while [ ! -e "$where" ]; do where=$(dirname "$where"); done
-    probe=$([ -d "$where" ] && mktemp -d "$where/.write-check.XXXXXX" 2>/dev/null) && rmdir "$probe" ||
-        fail "$1=$2 cannot be made or written. Fix: pass a folder you can write."
 }

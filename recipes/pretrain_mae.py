@@ -27,6 +27,7 @@ from transformers import set_seed
 
 from hf_vit_scaling import (
     MaeTrainer,
+    TrainingInterrupted,
     TrainingStopped,
     UserInputError,
     build_mae_model,
@@ -68,6 +69,7 @@ def main(argv=None) -> int:
             rank_batches=inputs.rank_batches,
             nonfinite_policy=args.reliability.on_nonfinite_loss,
             trace_samples=args.reliability.trace_samples,
+            stop_signals=args.reliability.stop_signals,
             knn=inputs.knn,
             throughput=dict(
                 warmup_steps=args.report.throughput_warmup_steps,
@@ -85,6 +87,9 @@ def main(argv=None) -> int:
             trainer.close_trace()
         finish_mae_run(trainer, train_result, world, inputs, args, data)
     except UserInputError as err:  # bad input: exit 2, nothing expensive started or nothing written
+        return exit_code_for(err)
+    except TrainingInterrupted as err:  # a stop signal: every rank saved the step's checkpoint; exit 75, run again
+        shutdown_distributed()
         return exit_code_for(err)
     except TrainingStopped as err:  # a non-finite loss or a failed save: the message names the safe checkpoint
         return exit_code_for(err)

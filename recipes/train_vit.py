@@ -35,6 +35,7 @@ import sys
 from transformers import set_seed
 
 from hf_vit_scaling import (
+    TrainingInterrupted,
     TrainingStopped,
     UserInputError,
     VitTrainer,
@@ -78,6 +79,7 @@ def main(argv=None) -> int:
             sequence_parallel=world.sequence_parallel,
             nonfinite_policy=args.reliability.on_nonfinite_loss,
             trace_samples=args.reliability.trace_samples,
+            stop_signals=args.reliability.stop_signals,
             compute_loss_func=inputs.compute_loss_func,
             layer_decay=args.regularization.layer_decay,
             ema=inputs.ema,
@@ -99,6 +101,9 @@ def main(argv=None) -> int:
             trainer.close_trace()
         finish_run(trainer, train_result, world, inputs)
     except UserInputError as err:  # bad input: exit 2, nothing expensive started or nothing written
+        return exit_code_for(err)
+    except TrainingInterrupted as err:  # a stop signal: every rank saved the step's checkpoint; exit 75, run again
+        shutdown_distributed()
         return exit_code_for(err)
     except TrainingStopped as err:  # a non-finite loss or a failed save: the message names the safe checkpoint
         return exit_code_for(err)

@@ -1,9 +1,10 @@
-"""The throughput report's settings and the reliability group (non-finite losses, sample traces)."""
+"""The throughput report's settings and the reliability group (non-finite losses, sample traces, stop signals)."""
 
 from dataclasses import dataclass, field
 
 from hf_vit_scaling.arguments.field_checks import require_at_least
 from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.training.interruption import parse_stop_signals
 
 
 @dataclass
@@ -45,3 +46,16 @@ class ReliabilityArguments:
             "data order of resumed runs."
         },
     )
+    stop_signals: str = field(
+        default="SIGTERM,SIGUSR1",
+        metadata={
+            "help": "Signals that end training at the next optimizer step, on every rank together, with a complete "
+            "checkpoint and output_dir/interrupted.json, then exit 75 (run the same command with "
+            "--resume_from_checkpoint latest to go on exactly): SIGTERM (preemption, scancel, torchrun's stop, kill) "
+            "and SIGUSR1 (Slurm's warning before the time limit, #SBATCH --signal=USR1@300); comma-separated names, "
+            "or none for the default actions (the process dies)."
+        },
+    )
+
+    def __post_init__(self):
+        parse_stop_signals(self.stop_signals)  # an unknown name: an error naming --stop_signals

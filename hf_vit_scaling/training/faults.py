@@ -4,6 +4,11 @@
 
 - `sigkill@N[:rankR]`: the rank sends itself SIGKILL when step N starts (no cleanup, no Python handlers run:
   what a scheduler's kill or an OOM-kill does).
+- `sigterm@N[:rankR]`: the rank sends itself SIGTERM when step N starts (`kill -TERM` of the process, Slurm's
+  preemption); `sigterm_launcher@N[:rankR]`: it sends SIGTERM to its parent, the launcher (torchrun then sends
+  SIGTERM to every worker). Both end in the checkpoint `--stop_signals` saves, unless it is `none`.
+- `stall@N[:rankR]`: the rank sleeps STALL_SECONDS when step N starts (a slow step: a test's signal sent from outside,
+  e.g. through Slurm, arrives while the run is still training).
 - `nan@N[:rankR]`: at step N one value of that rank's patch embeddings becomes NaN (a one-shot forward hook), so
   the rest of the forward pass yields a NaN loss as an overflow would.
 - `save_fail@N`: while checkpoint-N is written, the process's file-size limit (RLIMIT_FSIZE) drops to 4 KiB, so the
@@ -19,6 +24,7 @@ import contextlib
 import os
 import resource
 import signal
+import time
 from dataclasses import dataclass
 
 from transformers import TrainerCallback
@@ -26,8 +32,9 @@ from transformers import TrainerCallback
 from hf_vit_scaling.errors import UserInputError
 
 FAULTS_ENV = "HF_VIT_SCALING_FAULTS"
-KINDS = ("sigkill", "nan", "save_fail", "prepare_sigkill")
+KINDS = ("sigkill", "sigterm", "sigterm_launcher", "stall", "nan", "save_fail", "prepare_sigkill")
 SAVE_FAIL_LIMIT_BYTES = 4096
+STALL_SECONDS = 8
 
 
 @dataclass(frozen=True)
@@ -73,7 +80,8 @@ def prepare_fault(shards_done: int, faults: list[Fault] | None = None) -> None:
 class FaultInjector(TrainerCallback):
     """The one entry point for injected faults; every method does nothing unless `HF_VIT_SCALING_FAULTS` asks.
 
-    - `on_step_begin` (a Trainer callback): `sigkill@N` kills this process when step N begins;
+    - `on_step_begin` (a Trainer callback): `sigkill@N` kills this process when step N begins, `sigterm@N` and
+      `sigterm_launcher@N` send SIGTERM to it or to its launcher, `stall@N` sleeps;
     - `before_training_step(model, step)`: `nan@N` arms a one-shot NaN in the embeddings' output;
     - `during_save(step)`: `save_fail@N` makes writes fail part-way while checkpoint-N is written.
     """
@@ -89,8 +97,15 @@ class FaultInjector(TrainerCallback):
         return any(f.hits(kind, step, self.rank) for f in self.faults)
 
     def on_step_begin(self, args, state, control, **kwargs):
-        if self._hits("sigkill", state.global_step + 1):
+        step = state.global_step + 1
+        if self._hits("sigkill", step):
             os.kill(os.getpid(), signal.SIGKILL)
+        if self._hits("sigterm", step):
+            os.kill(os.getpid(), signal.SIGTERM)
+        if self._hits("sigterm_launcher", step):
+            os.kill(os.getppid(), signal.SIGTERM)
+        if self._hits("stall", step):
+            time.sleep(STALL_SECONDS)
 
     def before_training_step(self, model, step: int) -> None:
         if self._hits("nan", step):

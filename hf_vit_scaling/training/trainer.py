@@ -23,6 +23,8 @@ pinned by tests/unit/training/test_upstream.py.
 - `throughput`: the `ThroughputCallback`'s settings (`throughput.timing`): throughput.json and the printed table;
 - `class_reports`: the latest confusion matrix and per-class accuracy of each evaluation (`eval`, `eval_ema`), when
   `compute_metrics` keeps them (`evaluation.ModuleComputeMetrics`); `run.finish_run` writes them.
+- `stop_signals`: e.g. "SIGTERM,SIGUSR1": on one of them every rank stops at the next optimizer step with a checkpoint,
+  and `train` raises `TrainingInterrupted` (`interruption.StopOnSignal`; output_dir/interrupted.json says which).
 Injected faults (`faults.FaultInjector`) do nothing unless the environment asks for them.
 """
 
@@ -37,6 +39,7 @@ from hf_vit_scaling.parallel.sequence_parallel import shard_dataloader_by_data_p
 from hf_vit_scaling.regularization.layer_decay import LayerDecayReport, layer_decay_optimizer_cls_and_kwargs
 from hf_vit_scaling.throughput.timing import add_throughput_callback
 from hf_vit_scaling.training.faults import FaultInjector
+from hf_vit_scaling.training.interruption import StopOnSignal, parse_stop_signals
 from hf_vit_scaling.training.nonfinite import NonFiniteLossPolicy
 from hf_vit_scaling.training.sample_trace import SampleTrace
 from hf_vit_scaling.training.seeding import PerRankRandomness, pin_data_order_seed
@@ -56,7 +59,7 @@ class VitTrainer(UpstreamOverrides):
     def __init__(self, *args, model_card: dict | None = None, rank_batches: list[int] | None = None,
                  sequence_parallel=None, nonfinite_policy: str = "stop", trace_samples: bool = False,
                  layer_decay: float | None = None, ema=None, throughput: dict | None = None,
-                 **kwargs):  # fmt: skip
+                 stop_signals: str = "none", **kwargs):  # fmt: skip
         if kwargs.get("args") is not None:
             pin_data_order_seed(kwargs["args"])  # before the Trainer reads it into its data loader configuration
         super().__init__(*args, **kwargs)
@@ -84,8 +87,19 @@ class VitTrainer(UpstreamOverrides):
         self.faults = FaultInjector(self.args.process_index)
         if self.faults:
             self.add_callback(self.faults)
+        signals = parse_stop_signals(stop_signals)
+        self.stop_on_signal = StopOnSignal(signals) if signals else None
+        if self.stop_on_signal is not None:
+            self.add_callback(self.stop_on_signal)
         if throughput is not None:  # first in the callback list: its figures reach the reporting integrations
             add_throughput_callback(self, **throughput)
+
+    def train(self, *args, **kwargs):
+        """`Trainer.train`; stopped by one of `stop_signals`: `TrainingInterrupted` on every rank after the save."""
+        result = super().train(*args, **kwargs)
+        if self.stop_on_signal is not None:
+            self.stop_on_signal.raise_if_stopped(self.args.output_dir, self.is_world_process_zero())
+        return result
 
     @property
     def skipped_steps(self) -> list[int]:

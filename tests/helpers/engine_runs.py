@@ -8,6 +8,13 @@ logged at every step, an evaluation on 64 images and a checkpoint every 3 steps)
 engines differ only in where parameters live and in summation order. DeepSpeed configs run under `accelerate
 launch` (the README's launcher), DDP and FSDP2 under torchrun."""
 
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from filelock import FileLock
+
 from tests.helpers.launchers import DS_CONFIGS, RECIPE, TINY_ARGS, fsdp_args, launcher_cmd, run
 
 ENGINE_STEPS = 12
@@ -29,22 +36,44 @@ ENGINES = {
 
 
 class EngineRuns:
-    """`runs[name]` -> (output_dir, completed process, args): the engine's run, made on first use."""
+    """`runs[name]` -> (output_dir, completed process, args): the engine's run, made on first use.
 
-    def __init__(self, tmp_path_factory):
-        self.tmp_path_factory, self.done = tmp_path_factory, {}
+    Under pytest-xdist (`make test`: 2 workers) the workers share the runs: each is made once, in a folder both see
+    (the session's base temp folder), by the first worker that asks, under a file lock; the other waits for it and
+    reads the same folder and output. Without that, each worker that runs a file asking for an engine made it again."""
+
+    def __init__(self, tmp_path_factory, shared_root: Path | None = None):
+        self.tmp_path_factory, self.shared_root, self.done = tmp_path_factory, shared_root, {}
 
     def __getitem__(self, name: str):
         if name not in self.done:
-            launcher, engine_args = ENGINES[name]
-            out = self.tmp_path_factory.mktemp(f"engine_{name}")
-            args = [*engine_args, *ENGINE_RUN_ARGS]
-            self.done[name] = (
-                out,
-                run([*launcher_cmd(launcher, 2), RECIPE, "--output_dir", out, *TINY_ARGS, *args]),
-                args,
-            )
+            self.done[name] = self._shared(name) if self.shared_root is not None else self._make(name, None)
         out, proc, args = self.done[name]
         # A failed run is reported to every test that asks for it, and not run again.
         assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
         return out, proc, args
+
+    def _make(self, name: str, out: Path | None):
+        launcher, engine_args = ENGINES[name]
+        out = out or self.tmp_path_factory.mktemp(f"engine_{name}")
+        args = [*engine_args, *ENGINE_RUN_ARGS]
+        return out, run([*launcher_cmd(launcher, 2), RECIPE, "--output_dir", out, *TINY_ARGS, *args]), args
+
+    def _shared(self, name: str):
+        self.shared_root.mkdir(parents=True, exist_ok=True)
+        record = self.shared_root / f"{name}.json"
+        with FileLock(str(self.shared_root / f"{name}.lock")):
+            if not record.exists():
+                out, proc, args = self._make(name, self.shared_root / name)
+                record.write_text(json.dumps({"returncode": proc.returncode, "stdout": proc.stdout,
+                                              "stderr": proc.stderr, "args": [str(a) for a in args]}))  # fmt: skip
+        saved = json.loads(record.read_text())
+        proc = subprocess.CompletedProcess(name, saved["returncode"], saved["stdout"], saved["stderr"])
+        return self.shared_root / name, proc, saved["args"]
+
+
+def engine_runs_for(tmp_path_factory) -> EngineRuns:
+    """This session's runs: shared by the pytest-xdist workers of one `pytest -n` run, else its own."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return EngineRuns(tmp_path_factory)
+    return EngineRuns(tmp_path_factory, tmp_path_factory.getbasetemp().parent / "engine_runs")

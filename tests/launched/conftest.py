@@ -3,9 +3,9 @@ first use and shared by every test that checks it."""
 
 import pytest
 
-from tests.helpers.engine_runs import EngineRuns
+from tests.helpers.engine_runs import EngineRuns, engine_runs_for
 
 
 @pytest.fixture(scope="session")
 def engine_runs(tmp_path_factory) -> EngineRuns:
-    return EngineRuns(tmp_path_factory)
+    return engine_runs_for(tmp_path_factory)

@@ -209,3 +209,93 @@ def test_scaling_study_sbatch_runs_on_local_slurm(slurm_cluster, tmp_path):
     assert report["setup"]["world_size"] == len(nodes)
     assert report["throughput"]["images_per_s"] > 0
     print(f"{slurm_cluster['version']}, {len(nodes)} node(s) {nodes}: sbatch --wait took {wall:.0f} s")
+
+
+# --------------------------------------------------------------------------- slurm/train.sbatch: interrupted, requeued
+
+TRAIN_SCRIPT = REPO / "slurm" / "train.sbatch"
+STALL_AT = 5  # the ranks sleep as step 5 starts (HF_VIT_SCALING_FAULTS=stall@5): the signal arrives mid-run
+# Slurm holds a requeued job back: EligibleTime = requeue + 121 s (measured here, Slurm 22.05). The test moves the
+# start to now (`scontrol update StartTime=now`, as an operator may), so it does not wait two minutes.
+REQUEUE_HOLD_S = 121
+
+
+def _job_state(env, job_id: str) -> str:
+    return subprocess.run([_exe("scontrol"), "show", "job", "-o", job_id], env=env, capture_output=True,
+                          text=True).stdout  # fmt: skip
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize(
+    ("engine", "launcher", "how"),
+    [("ddp", "torchrun", "time_limit_signal"), ("zero2", "accelerate", "preemption")],
+)
+def test_train_sbatch_interrupted_requeued_and_resumed_exactly(slurm_cluster, engine_runs, tmp_path, engine,
+                                                               launcher, how):  # fmt: skip
+    """slurm/train.sbatch on 2 nodes x 1 process. Once checkpoint-3 is complete the job gets what a cluster sends:
+    - time_limit_signal: SIGUSR1 to every process of its steps (`scancel --signal=USR1`, what `--signal=USR1@300`
+      sends before the time limit); the ranks save, the script requeues the job;
+    - preemption: `scontrol requeue` (what PreemptMode=REQUEUE does): SIGTERM to every process, the ranks save within
+      KillWait, Slurm requeues the job.
+    The requeued job resumes from the stop's checkpoint by itself and ends with the uninterrupted run's losses at
+    every step after it and its final weights (the engine's 2-process run, tests/helpers/engine_runs.py)."""
+    from hf_vit_scaling.training.checkpoints import checkpoint_problem
+    from tests.helpers.engine_runs import ENGINE_RUN_ARGS, ENGINE_STEPS, ENGINES
+    from tests.helpers.launchers import RECIPE, TINY_ARGS, losses_by_step, read_json
+    from tests.launched.test_conformance import checkpoint_weights, first_difference
+
+    nodes, root, cluster_env = slurm_cluster["nodes"], slurm_cluster["root"], slurm_cluster["env"]
+    if len(nodes) < 2:
+        pytest.skip(f"one node name resolves here ({nodes}): the test needs two")
+    reference, _, _ = engine_runs[engine]
+    out = tmp_path / "train"
+    recipe_args = [*TINY_ARGS, *ENGINES[engine][1], *ENGINE_RUN_ARGS, "--per_device_train_batch_size", "16"]
+    env = launch_env(SLURM_CONF=cluster_env["SLURM_CONF"], PYTHON=sys.executable, OUT=str(out), LAUNCHER=launcher,
+                     PROCS_PER_NODE="1", MASTER_PORT=str(free_port()), RECIPE=str(RECIPE),
+                     RECIPE_ARGS=" ".join(recipe_args), HF_VIT_SCALING_FAULTS=f"stall@{STALL_AT}")  # fmt: skip
+    cmd = [_exe("sbatch"), "--wait", f"--nodes={len(nodes)}", "--gpus-per-node=0", "--cpus-per-task=1",
+           f"--chdir={REPO}", f"--output={root}/job/%x-%j.out", str(TRAIN_SCRIPT)]  # fmt: skip
+    sbatch = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    submitted = re.search(r"Submitted batch job (\d+)", sbatch.stdout.readline())
+    assert submitted, f"sbatch did not submit: {sbatch.stderr.read()}"
+    job_id = submitted.group(1)
+    job_out = root / "job" / f"vit-train-{job_id}.out"
+    try:
+        deadline = time.time() + 300
+        while checkpoint_problem(str(out / "checkpoint-3")) is not None:
+            assert sbatch.poll() is None and time.time() < deadline, f"no checkpoint-3:\n{_tail(job_out, 60)}"
+            time.sleep(0.2)
+        signal_cmd = ["scancel", "--signal=USR1", job_id] if how == "time_limit_signal" else ["scontrol", "requeue",
+                                                                                              job_id]  # fmt: skip
+        sent = subprocess.run([_exe(signal_cmd[0]), *signal_cmd[1:]], env=cluster_env, capture_output=True, text=True)
+        assert sent.returncode == 0, sent.stderr
+        deadline = time.time() + 600
+        while sbatch.poll() is None and time.time() < deadline:
+            time.sleep(0.5)
+            if "Reason=BeginTime" in _job_state(cluster_env, job_id):  # see REQUEUE_HOLD_S
+                subprocess.run([_exe("scontrol"), "update", f"JobId={job_id}", "StartTime=now"], env=cluster_env,
+                               capture_output=True)  # fmt: skip
+        sbatch.wait(timeout=10)
+    finally:
+        if sbatch.poll() is None:
+            sbatch.kill()
+    log = job_out.read_text()
+    detail = f"{_tail(job_out, 80)}\n{slurm_cluster['logs']()}"
+    state = _job_state(cluster_env, job_id)
+    assert "JobState=COMPLETED" in state and "ExitCode=0:0" in state and "Restarts=1" in state, f"{state}\n{detail}"
+    stops = re.findall(r"interrupted by (SIGUSR1|SIGTERM) at step (\d+)", log)
+    signal_name = "SIGUSR1" if how == "time_limit_signal" else "SIGTERM"
+    # One stop, said by the recipe (its main process) and by the script.
+    assert {s for s, _ in stops} == {signal_name} and len({step for _, step in stops}) == 1, detail
+    step = int(stops[0][1])
+    assert 3 < step <= STALL_AT + 1, detail  # the ranks agree one step after the signal
+    assert log.count(f"resuming from {out / f'checkpoint-{step}'}") == 1, detail
+    assert log.count("start 1 of job") == 1 and log.count("start 2 of job") == 1, detail
+    assert f"finished: {out} (job {job_id}, 2 start(s))" in log, detail
+    assert read_json(out / "trainer_state.json")["global_step"] == ENGINE_STEPS
+    expected, got = losses_by_step(reference), losses_by_step(out)
+    for s in range(step + 1, ENGINE_STEPS + 1):
+        assert got[s] == pytest.approx(expected[s], rel=1e-5, abs=0), f"step {s}: {got[s]} != {expected[s]}"
+    differs = first_difference(checkpoint_weights(reference, reference), checkpoint_weights(out, reference),
+                               rtol=1e-4, atol=1e-6)  # fmt: skip
+    assert differs is None, f"final weights differ at {differs}"

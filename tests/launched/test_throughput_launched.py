@@ -43,7 +43,7 @@ def test_slow_rank_is_named_and_the_other_waits(tmp_path):
         "--eval_strategy",
         "no",
         "--simulate_slow_ranks",
-        "1:3.0",
+        "1:6.0",
         launcher="torchrun",
         nproc=2,
     )
@@ -52,6 +52,8 @@ def test_slow_rank_is_named_and_the_other_waits(tmp_path):
     assert ranks["slowest_rank"] == 1 and ranks["fastest_rank"] == 0
     wait = {row["rank"]: row["est_sync_wait_s"] for row in ranks["per_rank"]}
     assert wait[0] > 0 and wait[0] > 5 * wait[1]
-    assert ranks["spread"] > 1.8  # 3x slower compute, diluted by data wait
-    assert report["setup"]["simulated_slow_ranks"] == {"1": 3.0}
+    # 6x slower compute, diluted by data wait and the optimizer: 1.62 was measured for 3x beside another test's runs
+    # (make test's second worker), where 1.8 was asked; 6x leaves room for that load.
+    assert ranks["spread"] > 1.8
+    assert report["setup"]["simulated_slow_ranks"] == {"1": 6.0}
     assert re.search(r"SIMULATED slow ranks", proc.stdout)

@@ -23,8 +23,8 @@ def test_fault_specs_parse_and_reject_typos():
         Fault("save_fail", 10, None),
     ]
     assert Fault("nan", 7).hits("nan", 7, rank=3) and not Fault("nan", 7, 1).hits("nan", 7, rank=0)
-    with pytest.raises(UserInputError, match="unknown fault 'sigterm'"):
-        parse_faults("sigterm@3")
+    with pytest.raises(UserInputError, match="unknown fault 'sigint'"):
+        parse_faults("sigint@3")
     with pytest.raises(UserInputError, match="KIND@STEP"):
         parse_faults("sigkill-12")
 
