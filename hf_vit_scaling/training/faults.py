@@ -34,7 +34,7 @@ from hf_vit_scaling.errors import UserInputError
 FAULTS_ENV = "HF_VIT_SCALING_FAULTS"
 KINDS = ("sigkill", "sigterm", "sigterm_launcher", "stall", "nan", "save_fail", "prepare_sigkill")
 SAVE_FAIL_LIMIT_BYTES = 4096
-STALL_SECONDS = 8
+STALL_SECONDS = 4
 
 
 @dataclass(frozen=True)

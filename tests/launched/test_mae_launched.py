@@ -110,6 +110,19 @@ def test_sigkill_one_rank_then_resume_logs_the_uninterrupted_losses(zero2):
     assert knn_history(out) == knn_history(zero2["out"])  # the evaluation at step 8 too
 
 
+def test_sigterm_to_one_rank_stops_both_with_a_checkpoint_at_the_agreed_step(zero2):
+    """--stop_signals in MAE pretraining (MaeTrainer is a VitTrainer): rank 1 gets SIGTERM as step 5 begins, the ranks
+    agree after step 6 and save checkpoint-6 (off the save schedule, every 4), then exit 75; the steps trained are
+    the reference's. Resuming a stopped run exactly: tests/launched/test_interruption_launched.py."""
+    out = zero2["out"].parent / "zero2_stopped"
+    stopped = run_recipe(out, *ZERO2, launcher="torchrun", nproc=2, script=PRETRAIN, check=False,
+                         HF_VIT_SCALING_FAULTS="sigterm@5:rank1")  # fmt: skip
+    assert stopped.returncode != 0 and "exitcode  : 75" in stopped.stderr, stopped.stderr[-3000:]
+    assert f"interrupted by SIGTERM at step 6: saved {out / 'checkpoint-6'}" in stopped.stdout
+    assert read_json(out / "interrupted.json")["step"] == 6 and checkpoint_problem(out / "checkpoint-6") is None
+    assert logged_losses(out / "checkpoint-6") == logged_losses(zero2["out"])[:6]
+
+
 def test_the_pretrained_encoder_fine_tunes_with_every_tensor_loaded(zero2, tmp_path):
     mae = zero2["out"]
     out = tmp_path / "finetuned"
