@@ -12,7 +12,7 @@ NUM_PROCESSES ?= $(shell if command -v nvidia-smi >/dev/null 2>&1; then \
 	else n=$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$$n" -gt 0 ] && echo $$n || echo 1; fi; \
 	else echo 2; fi)
 
-.PHONY: install train medical medical-distil fashion-distil test test-serial test-fast test-unit style quality clean gpu-check
+.PHONY: install train medical medical-distil fashion-distil test test-serial test-fast test-unit docs-figures style quality clean gpu-check
 
 install: $(VENV)/.installed
 
@@ -68,6 +68,10 @@ test-fast: install
 # tests/unit only: in-process, no launched recipe runs (seconds).
 test-unit: install
 	$(VENV)/bin/python -m pytest -q tests/unit
+
+# The tables of measured figures in the pages, rewritten from their results files (benchmarks/tables.py).
+docs-figures: install
+	$(VENV)/bin/python benchmarks/tables.py
 
 style: install
 	$(VENV)/bin/ruff check --fix . && $(VENV)/bin/ruff format .

@@ -1,0 +1,177 @@
+#!/usr/bin/env python
+"""The tables of measured figures in the pages, generated from the results files they come from.
+
+A generated table sits between two markers in a markdown page, the first naming the table:
+
+    <!-- table: stop_on_signal -->
+    | median step, with | ... |
+    <!-- /table -->
+
+`python benchmarks/tables.py` (`make docs-figures`) rewrites every such block from its results file;
+`--check` only compares and exits 1 naming each page and table that differs (tests/repo/test_figures.py runs it).
+Each table's renderer below reads one results file (written by a benchmark script with its provenance: command,
+commit, CPU, versions, date) and ends with a `Source:` line naming that file, so the page says where its numbers are.
+A figure typed into a page instead: the same test asks every results section ("What was measured", "Results") that
+holds figure-looking numbers to name a source (a results file, a benchmark script, or a paper).
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
+
+
+def read(path: str) -> dict:
+    with open(REPO / path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def source_line(path: str, result: dict, page: Path) -> str:
+    """`Source: <file>` (a link from `page`) with the command, commit, CPU and date the file records (older files
+    record less)."""
+    where = result.get("provenance", {})
+    facts = [f"`{where['command']}`" if "command" in where else None,
+             f"commit {where['commit']}" if "commit" in where else None,
+             f"{where['cpu']}, {where['cores']} cores" if "cpu" in where else None,
+             where.get("date")]  # fmt: skip
+    said = ", ".join(fact for fact in facts if fact)
+    link = os.path.relpath(REPO / path, page.parent)
+    return f"Source: [{path}]({link})" + (f" ({said})." if said else ".")
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def stop_on_signal(result: dict) -> str:
+    per_run = result["median_step_ms_per_run"]
+    return table(
+        ["median step, with", "median step, without", "ratio", "per-run medians, with / without",
+         "the all_reduce alone"],
+        [[f"{result['median_step_ms']['with']:.2f} ms", f"{result['median_step_ms']['without']:.2f} ms",
+          f"{result['ratio_with_over_without']:.3f}",
+          f"{min(per_run['with']):.1f}-{max(per_run['with']):.1f} / {min(per_run['without']):.1f}-"
+          f"{max(per_run['without']):.1f} ms", f"{result['flag_all_reduce_us'] / 1000:.2f} ms"]],
+    )  # fmt: skip
+
+
+def callback_overhead(result: dict) -> str:
+    step = result["median_step_s"]
+    return table(
+        ["median step, with", "median step, without", "ratio", "callback's own cost per step"],
+        [[f"{1000 * step['with']:.2f} ms", f"{1000 * step['without']:.2f} ms",
+          f"{result['ratio_with_over_without']:.4f}",
+          f"{1e6 * result['callback_direct_cost_s_per_step']:.1f} µs "
+          f"({100 * result['direct_cost_fraction_of_step']:.3f}% of a step)"]],
+    )  # fmt: skip
+
+
+def timed_command(result: dict) -> str:
+    return table(
+        ["command", "where", "wall time", "exit status"],
+        [[f"`{result['timed']}`", result["where"], f"{result['wall_min']:.1f} min ({result['wall_s']:.0f} s)",
+          str(result["exit_code"])]],
+    )  # fmt: skip
+
+
+# name -> (results file, renderer)
+TABLES: dict[str, tuple[str, Callable[[dict], str]]] = {
+    "stop_on_signal": ("benchmarks/results/stop_on_signal.json", stop_on_signal),
+    "callback_overhead": ("benchmarks/results/callback_overhead.json", callback_overhead),
+    "make_test": ("benchmarks/results/make_test.json", timed_command),
+    "make_train": ("benchmarks/results/make_train.json", timed_command),
+}
+
+
+def pages() -> list[Path]:
+    """Every markdown page of the repository (not in hidden folders or the virtual environment)."""
+    return sorted(p for p in REPO.rglob("*.md") if not any(part.startswith(".") for part in p.relative_to(REPO).parts))
+
+
+def render(name: str, page: Path) -> str:
+    """The block's body on `page`: the table, a blank line, the Source line."""
+    path, renderer = TABLES[name]
+    result = read(path)
+    return f"{renderer(result)}\n\n{source_line(path, result, page)}\n"
+
+
+def regenerated(text: str, page: Path) -> str:
+    def block(match: re.Match) -> str:
+        name = match.group("name")
+        if name not in TABLES:
+            raise SystemExit(f"error: {page.relative_to(REPO)} names table {name!r}, which benchmarks/tables.py "
+                             f"does not have. Fix: one of {', '.join(sorted(TABLES))}.")  # fmt: skip
+        return match.group(1) + render(name, page) + match.group(4)
+
+    return BLOCK.sub(block, text)
+
+
+def stale_tables(text: str, page: Path) -> list[str]:
+    """The names of the generated blocks in `text` (the page at `page`) that differ from their results files."""
+    return [match.group("name") for match in BLOCK.finditer(text)
+            if match.group("name") in TABLES and match.group("body") != render(match.group("name"), page)]  # fmt: skip
+
+
+# A figure: a number with a unit of time, size, speed or a ratio. A source: a results file, a benchmark script, a
+# study's folder, a paper, or an explicit "Source:" line.
+FIGURE = re.compile(r"\b\d[\d,]*(\.\d+)?\s?(ms|s|min|minutes|%|×|x|images/s|MiB|GiB|GB|MB|TFLOP/s)\b")
+SOURCE = re.compile(r"[\w./-]+\.(json|csv)\b|benchmarks/\w+\.py|docs/studies/|arXiv|Source:", re.I)
+RESULTS_HEADING = re.compile(r"^#+ .*(measured|results)", re.I)
+
+
+def unsourced_sections(text: str) -> list[str]:
+    """The headings of results sections ("What was measured", "Results", ...) that hold figure-looking numbers but
+    name no source anywhere in the section (its subsections included)."""
+    lines = text.splitlines()
+    heads = [(i, len(line) - len(line.lstrip("#"))) for i, line in enumerate(lines) if line.startswith("#")]
+    found = []
+    for k, (start, level) in enumerate(heads):
+        if not RESULTS_HEADING.match(lines[start]):
+            continue
+        end = next((i for i, deeper in heads[k + 1 :] if deeper <= level), len(lines))
+        section = "\n".join(lines[start:end])
+        if FIGURE.search(section) and not SOURCE.search(section):
+            found.append(lines[start].lstrip("# "))
+    return found
+
+
+def problems() -> list[str]:
+    """Every generated table that differs from its results file, and every results section without a source."""
+    found = []
+    for page in pages():
+        text, where = page.read_text(encoding="utf-8"), page.relative_to(REPO)
+        found += [f"{where}: table {name} differs from {TABLES[name][0]}. Fix: python benchmarks/tables.py"
+                  for name in stale_tables(text, page)]  # fmt: skip
+        found += [f"{where}: the section '{heading}' shows figures without a source. Fix: name the results file, "
+                  "the benchmark script or the paper" for heading in unsourced_sections(text)]  # fmt: skip
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="Compare only; exit 1 naming each block that differs.")
+    args = parser.parse_args()
+    if args.check:
+        found = problems()
+        for item in found:
+            print(f"error: {item}", file=sys.stderr)
+        return 1 if found else 0
+    for page in pages():
+        text = page.read_text(encoding="utf-8")
+        new = regenerated(text, page)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+            print(f"rewrote {page.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
