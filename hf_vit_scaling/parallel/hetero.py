@@ -112,6 +112,29 @@ class UnevenBatchSampler(torch.utils.data.Sampler):
             yield chunk[start : start + sizes[self.rank]]
 
 
+class _EpochAwareLoader(torch.utils.data.DataLoader):
+    """The Trainer calls `set_epoch` on its dataloader: pass it on to our batch sampler (new permutation per epoch)."""
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batch_sampler.set_epoch(epoch)
+
+
+def uneven_batch_loader(dataset, sizes: list[int], args, collate_fn) -> torch.utils.data.DataLoader:
+    """This rank's loader of `sizes[rank]`-image slices of each global batch; `args` are the TrainingArguments. Not
+    to be passed through accelerate's prepare() (that would shard the batches again): the Trainer moves each batch
+    to the device itself."""
+    sampler = UnevenBatchSampler(
+        len(dataset), sizes, args.process_index, seed=args.data_seed or args.seed, drop_last=args.dataloader_drop_last
+    )
+    return _EpochAwareLoader(
+        dataset,
+        batch_sampler=sampler,
+        collate_fn=collate_fn,
+        num_workers=args.dataloader_num_workers,
+        pin_memory=args.dataloader_pin_memory,
+    )
+
+
 def loss_weight(sizes: list[int], rank: int) -> float:
     """w_r = b_r x W / B: makes the engines' gradient average equal the global batch's mean-loss gradient."""
     return sizes[rank] * len(sizes) / sum(sizes)

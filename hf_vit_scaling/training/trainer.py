@@ -28,13 +28,11 @@ pinned by tests/unit/training/test_upstream.py.
 Injected faults (`faults.FaultInjector`) do nothing unless the environment asks for them.
 """
 
-import torch
-
 from hf_vit_scaling.data.sample_randomness import EpochOfDraws
 from hf_vit_scaling.data.streaming.loader import StreamingTrainData
 from hf_vit_scaling.evaluation.model_card import write_model_card
 from hf_vit_scaling.parallel.distributed import gather_object
-from hf_vit_scaling.parallel.hetero import UnevenBatchSampler, loss_weight
+from hf_vit_scaling.parallel.hetero import loss_weight, uneven_batch_loader
 from hf_vit_scaling.parallel.sequence_parallel import shard_dataloader_by_data_parallel_rank
 from hf_vit_scaling.regularization.layer_decay import LayerDecayReport, layer_decay_optimizer_cls_and_kwargs
 from hf_vit_scaling.throughput.timing import add_throughput_callback
@@ -44,13 +42,6 @@ from hf_vit_scaling.training.nonfinite import NonFiniteLossPolicy
 from hf_vit_scaling.training.sample_trace import SampleTrace
 from hf_vit_scaling.training.seeding import PerRankRandomness, pin_data_order_seed
 from hf_vit_scaling.training.upstream import UpstreamOverrides
-
-
-class _EpochAwareLoader(torch.utils.data.DataLoader):
-    """The Trainer calls `set_epoch` on its dataloader: pass it on to our batch sampler (new permutation per epoch)."""
-
-    def set_epoch(self, epoch: int) -> None:
-        self.batch_sampler.set_epoch(epoch)
 
 
 class VitTrainer(UpstreamOverrides):
@@ -68,12 +59,8 @@ class VitTrainer(UpstreamOverrides):
         host_draws = getattr(self.train_dataset, "randomness", None)
         if host_draws is not None:  # host transforms seeded per (seed, epoch, row): tell them the epoch
             self.add_callback(EpochOfDraws(host_draws))
-        self.layer_decay, self.ema = layer_decay, ema
-        if ema is not None:
-            self.add_callback(ema)
-        self.layer_decay_report = LayerDecayReport() if layer_decay is not None else None
-        if self.layer_decay_report is not None:
-            self.add_callback(self.layer_decay_report)
+        self.layer_decay, self.ema = layer_decay, self._attach(ema)
+        self.layer_decay_report = self._attach(LayerDecayReport() if layer_decay is not None else None)
         self.model_card_facts = model_card
         self.rank_batches = rank_batches
         self.sequence_parallel = sequence_parallel
@@ -88,11 +75,15 @@ class VitTrainer(UpstreamOverrides):
         if self.faults:
             self.add_callback(self.faults)
         signals = parse_stop_signals(stop_signals)
-        self.stop_on_signal = StopOnSignal(signals) if signals else None
-        if self.stop_on_signal is not None:
-            self.add_callback(self.stop_on_signal)
+        self.stop_on_signal = self._attach(StopOnSignal(signals) if signals else None)
         if throughput is not None:  # first in the callback list: its figures reach the reporting integrations
             add_throughput_callback(self, **throughput)
+
+    def _attach(self, callback):
+        """Add `callback` to the Trainer's unless it is None (its feature is off); return it."""
+        if callback is not None:
+            self.add_callback(callback)
+        return callback
 
     def train(self, *args, **kwargs):
         """`Trainer.train`; stopped by one of `stop_signals`: `TrainingInterrupted` on every rank after the save."""
@@ -138,22 +129,7 @@ class VitTrainer(UpstreamOverrides):
             return shard_dataloader_by_data_parallel_rank(super().get_train_dataloader(), sp.dp_size, sp.dp_rank)
         if not self.rank_batches:
             return super().get_train_dataloader()
-        sampler = UnevenBatchSampler(
-            len(self.train_dataset),
-            self.rank_batches,
-            self.args.process_index,
-            seed=self.args.data_seed or self.args.seed,
-            drop_last=self.args.dataloader_drop_last,
-        )
-        # Not passed through accelerate's prepare(): that would shard the batches again. The Trainer moves each
-        # batch to the device itself (`_prepare_inputs`).
-        return _EpochAwareLoader(
-            self.train_dataset,
-            batch_sampler=sampler,
-            collate_fn=self.data_collator,
-            num_workers=self.args.dataloader_num_workers,
-            pin_memory=self.args.dataloader_pin_memory,
-        )
+        return uneven_batch_loader(self.train_dataset, self.rank_batches, self.args, self.data_collator)
 
     def _loss_normalised_by_global_count(self, num_items_in_batch) -> bool:
         """transformers 5 already sums each rank's loss and divides by the item count of the whole global batch
