@@ -219,23 +219,10 @@ def row_from_run(cell: dict, a: StudyArguments, run_dir: str) -> dict:
     return dict(
         status="ok",
         reason="",
-        **{key: row[key] for key in ("nodes", "world_size", "zero_stage")},
+        **{key: value for key, value in row.items() if key in RESULT_FIELDS},  # the columns results.csv has
         train_samples=train_samples,
-        **{key: row[key] for key in ("images_per_s", "images_per_s_per_device")},
         # Epoch time from the measured rate (warm-up excluded): training images / images per second.
         epoch_time_s=train_samples / ips if ips and train_samples else None,
-        **{
-            key: row[key]
-            for key in (
-                "step_time_median_s",
-                "data_wait_fraction",
-                "mfu",
-                "memory_max_bytes",
-                "memory_kind",
-                "est_sync_wait_s_total",
-                "slowest_rank",
-            )
-        },  # fmt: skip
         eval_accuracy=results.get("eval_accuracy"),
     )
 
