@@ -26,9 +26,9 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def provenance() -> dict:
-    """Where a result comes from: command, commit (with "-dirty" for uncommitted changes), CPU model and cores, GPU,
-    versions, date (UTC)."""
+def provenance(commit: str | None = None) -> dict:
+    """Where a result comes from: command, commit (with "-dirty" for uncommitted changes; `commit` when what ran was
+    another checkout, e.g. a fresh clone), CPU model and cores, GPU, versions, date (UTC)."""
 
     def git(*args) -> str:
         out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
@@ -42,10 +42,10 @@ def provenance() -> dict:
             versions[name] = None
     import torch
 
+    dirty = git("status", "--porcelain", "--untracked-files=no")
     return {
         "command": " ".join(["python", os.path.relpath(sys.argv[0], REPO), *sys.argv[1:]]),
-        "commit": git("rev-parse", "--short", "HEAD")
-        + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else ""),
+        "commit": commit or git("rev-parse", "--short", "HEAD") + ("-dirty" if dirty else ""),
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
@@ -54,11 +54,11 @@ def provenance() -> dict:
     }
 
 
-def report_result(result: dict, output: str | None) -> None:
-    """Print `result`; with `output`, write it there as JSON with its `provenance`."""
+def report_result(result: dict, output: str | None, commit: str | None = None) -> None:
+    """Print `result`; with `output`, write it there as JSON with its `provenance` (`commit`: see there)."""
     print(json.dumps(result, indent=2))
     if output:
-        result = {**result, "provenance": provenance()}
+        result = {**result, "provenance": provenance(commit)}
         os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
         with open(output, "w") as f:
             json.dump(result, f, indent=2)

@@ -36,6 +36,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="time-command-") as tmp:
         clone = f"{tmp}/clone"
         subprocess.run(["git", "clone", "-q", str(REPO), clone], check=True)
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=clone, capture_output=True, text=True)
         start = time.perf_counter()
         proc = subprocess.run(args.command, cwd=clone, capture_output=True, text=True)
         wall = time.perf_counter() - start
@@ -47,7 +48,7 @@ def main() -> int:
         "wall_min": round(wall / 60, 2),
         "exit_code": proc.returncode,
         "output_tail": lines[-args.tail_lines :],
-    }, args.output)  # fmt: skip
+    }, args.output, commit=commit.stdout.strip())  # fmt: skip
     return proc.returncode
 
 

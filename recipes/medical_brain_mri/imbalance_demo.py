@@ -15,6 +15,9 @@
 
 3. evaluate_model.py --data_dir outputs/br35h-1to4 on each: sensitivity at the default decision (argmax) and at the
    validation-chosen threshold.
+
+Step 2 is today's way; the table in this folder's README was recorded at commit f039ea4 with this script's former
+`train` subcommand (the same flags and loss), as the README says, and was not rerun with train_vit.py.
 """
 
 import argparse

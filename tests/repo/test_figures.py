@@ -42,3 +42,31 @@ def test_a_results_section_with_figures_needs_a_source():
     assert tables.unsourced_sections("## What was measured\n\nA step took 75 ms (results/x.json).\n") == []
     assert tables.unsourced_sections("## Results\n\nNo numbers here.\n") == []
     assert tables.unsourced_sections("## Usage\n\nA step took 75 ms.\n") == []  # not a results section
+
+
+def durations(*lines: str) -> dict:
+    return {"output_tail": ["=== slowest 25 durations ===", *lines, "3 passed in 400.00s (0:06:40)"]}
+
+
+def test_the_slowest_tests_table_sums_per_file_and_gives_each_file_its_reason():
+    result = durations(
+        "100.50s setup    tests/launched/test_conformance.py::test_a[ddp]",
+        "30.00s call     tests/launched/test_slurm.py::test_b",
+        "20.25s call     tests/launched/test_conformance.py::test_c",
+    )
+    rows = tables.slowest_tests(result).splitlines()[2:]
+    assert [row.split(" | ")[:2] for row in rows] == [["| `test_conformance.py` (2)", "121"],
+                                                      ["| `test_slurm.py` (1)", "30"]]  # fmt: skip
+    assert tables.SLOW_BECAUSE["test_conformance.py"] in rows[0]
+
+
+def test_a_slow_test_file_without_a_reason_stops_the_generation_and_is_named():
+    result = durations("300.00s call     tests/launched/test_new_and_slow.py::test_x")
+    with pytest.raises(SystemExit, match="test_new_and_slow.py among the slowest tests without a reason"):
+        tables.slowest_tests(result)
+
+
+def test_a_timed_test_run_shows_pytest_s_own_summary():
+    result = {**durations(), "timed": "make test", "where": "a fresh clone", "wall_s": 1236.0, "wall_min": 20.6,
+              "exit_code": 0}  # fmt: skip
+    assert "| 3 passed in 400.00s (0:06:40) |" in tables.timed_command(result)
