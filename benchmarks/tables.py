@@ -169,6 +169,11 @@ def slowest_tests(result: dict, files_shown: int = 6) -> str:
     )
 
 
+def timed_command_and_last_line(result: dict) -> str:
+    """A timed command and the last line it printed (e.g. the CPU-op build's own per-op times)."""
+    return f"{timed_command(result)}\n\n```\n{result['output_tail'][-1]}\n```"
+
+
 # name -> (results file, renderer)
 TABLES: dict[str, tuple[str, Callable[[dict], str]]] = {
     "stop_on_signal": ("benchmarks/results/stop_on_signal.json", stop_on_signal),
@@ -176,7 +181,7 @@ TABLES: dict[str, tuple[str, Callable[[dict], str]]] = {
     "make_test": ("benchmarks/results/make_test.json", make_test),
     "make_train": ("benchmarks/results/make_train.json", make_train),
     "make_train_report": ("benchmarks/results/make_train.json", make_train_report),
-    "deepspeed_ops_build": ("benchmarks/results/deepspeed_ops_build.json", timed_command),
+    "deepspeed_ops_build": ("benchmarks/results/deepspeed_ops_build.json", timed_command_and_last_line),
 }
 
 

@@ -22,7 +22,7 @@ from _common import REPO, report_result  # benchmarks/_common.py (scripts run as
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", default=None, help="Write the result as JSON here (with its provenance).")
-    parser.add_argument("--tail_lines", type=int, default=60, help="Lines of the command's output to keep.")
+    parser.add_argument("--tail_lines", type=int, default=60, help="Lines of the command's standard output to keep.")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="The command, after `--`.")
     args = parser.parse_args()
     args.command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -40,14 +40,14 @@ def main() -> int:
         start = time.perf_counter()
         proc = subprocess.run(args.command, cwd=clone, capture_output=True, text=True)
         wall = time.perf_counter() - start
-    lines = (proc.stdout + proc.stderr).splitlines()
     report_result({
         "timed": " ".join(args.command),
         "where": "a fresh clone of HEAD (git clone), setup included",
         "wall_s": round(wall, 1),
         "wall_min": round(wall / 60, 2),
         "exit_code": proc.returncode,
-        "output_tail": lines[-args.tail_lines :],
+        "output_tail": proc.stdout.splitlines()[-args.tail_lines :],  # what the command prints as its result
+        "stderr_tail": proc.stderr.splitlines()[-20:],  # progress bars and warnings; an error line
     }, args.output, commit=commit.stdout.strip())  # fmt: skip
     return proc.returncode
 
