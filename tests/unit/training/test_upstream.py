@@ -118,10 +118,24 @@ def test_save_model_s_internal_call_only_skips_the_push():
     assert uses == ["if self.args.push_to_hub and not _internal_call:"]
 
 
-def test_the_trainer_creates_the_repo_in_init():
+def test_the_trainer_creates_the_repo_in_init(tmp_path):
     """`UpstreamOverrides.init_hf_repo` tells a start-up failure (a warning, or a rejected token's error) from a later
-    one by `_starting`, set around the Trainer's `__init__`: the Trainer must call `init_hf_repo()` from there."""
-    assert "self.init_hf_repo()" in inspect.getsource(Trainer.__init__)
+    one by `_starting`, set around the Trainer's `__init__`: the Trainer must call `init_hf_repo()` from there, once,
+    under `--push_to_hub` (recorded on a plain Trainer whose `init_hf_repo` touches no Hub)."""
+
+    class RecordsRepoCreation(Trainer):
+        def __init__(self, *args, **kwargs):
+            self.in_init, self.repo_created_in_init = True, []
+            super().__init__(*args, **kwargs)
+            self.in_init = False
+
+        def init_hf_repo(self, token=None, private=None):
+            self.repo_created_in_init.append(self.in_init)
+
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", push_to_hub=True,
+                             hub_model_id="user/repo")  # fmt: skip
+    trainer = RecordsRepoCreation(model=ViTForImageClassification(tiny_vit_config()), args=args)
+    assert trainer.repo_created_in_init == [True]
     assert list(inspect.signature(Trainer.init_hf_repo).parameters) == ["self", "token", "private"]
 
 
