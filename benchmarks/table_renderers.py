@@ -340,7 +340,7 @@ def slowest_tests(result: dict, files_shown: int = 6) -> str:
     missing = sorted(set(per_file) - set(SLOW_BECAUSE))
     if missing:
         raise SystemExit(f"error: {', '.join(missing)} among the slowest tests without a reason. Fix: add one to "
-                         "SLOW_BECAUSE in benchmarks/tables.py, or make the test faster.")  # fmt: skip
+                         "SLOW_BECAUSE in benchmarks/table_renderers.py, or make the test faster.")  # fmt: skip
     ranked = sorted(per_file.items(), key=lambda item: -sum(item[1]))[:files_shown]
     listed = sum(len(times) for times in per_file.values())
     return table(

@@ -65,10 +65,7 @@ TABLES: dict[str, tuple[str, Callable[[dict], str]]] = {
     "sequence_parallel_cpu": (f"{RESULTS}/sequence_parallel_cpu.json", renderers.sequence_parallel),
     "sequence_parallel_cpu_run2": (f"{RESULTS}/sequence_parallel_cpu_run2.json", renderers.sequence_parallel),
     "regularization_cost": (f"{RESULTS}/regularization_cost.json", renderers.regularization_cost),
-    "host_path_regularization": (
-        "benchmarks/results/host_path_regularization.json",
-        renderers.host_path_regularization,
-    ),
+    "host_path_regularization": (f"{RESULTS}/host_path_regularization.json", renderers.host_path_regularization),
     "planner_memory_by_engine": (f"{RESULTS}/planner_memory.json", renderers.planner_memory_by_engine),
     "planner_memory_rows": (f"{RESULTS}/planner_memory.json", renderers.planner_memory_rows),
     "planner_study": (f"{RESULTS}/planner_study.json", renderers.planner_study),

@@ -166,7 +166,7 @@ def test_modules_stay_under_500_lines_or_layout_says_why():
 
 
 def test_the_trainer_subclass_stays_thin():
-    """Issue 36: `VitTrainer` is a thin subclass, features attach as callbacks or small modules; 250 lines at most."""
+    """`VitTrainer` stays a thin subclass (features attach as callbacks or small modules): 250 lines at most."""
     n = len((REPO / PACKAGE / "training" / "trainer.py").read_text(encoding="utf-8").splitlines())
     assert n <= 250, f"training/trainer.py has {n} lines: move a feature into its own module (docs/layout.md)"
 
