@@ -17,14 +17,24 @@ is the median over rounds, each ratio the median of the per-round ratios:
   - compute: `step_time_s.compute_mean` (forward with the device-side input hooks, backward, optimizer).
 The path auto chose, and why, is read from the run's log ("Input path: ..."). Every file is read once before the
 rounds, so the run that goes first does not pay for the disk.
+
+Before and after a change, side by side in one run: `--baseline_ref REF` also runs both paths from a git worktree of
+REF (this venv, that checkout's package first on PYTHONPATH), the four arms taking turns in each round (this
+checkout's auto, per_sample, then REF's per_sample, auto; reversed in even rounds), so both versions meet the same
+machine load. The worktree is made in a temporary folder and removed at the end.
+
+    python benchmarks/input_path_auto.py --br35h /tmp/br35h/images --baseline_ref 0c1f658 \
+        --output benchmarks/results/input_path_auto.json
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -34,11 +44,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import child_env, report_result  # benchmarks/_common.py (scripts run as benchmarks/<name>.py)
+from _common import report_result  # benchmarks/_common.py (scripts run as benchmarks/<name>.py)
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from hf_vit_scaling import utils  # noqa: E402
 from hf_vit_scaling.throughput.schema import load_throughput_report  # noqa: E402
 
 PATHS = ("auto", "per_sample")
@@ -59,11 +70,12 @@ def write_synthetic(folder: Path, count: int, classes: int = 2) -> dict:
     return {"images": count, "classes": classes, "sides_px": [400, 640], "quality": 90}
 
 
-def run_recipe(args, train_dir: Path, path: str) -> dict:
-    env = child_env(args.threads)
+def run_recipe(args, train_dir: Path, path: str, checkout: Path = REPO) -> dict:
+    """One run of `checkout`'s recipe on `path`: its throughput report's figures and the path auto chose."""
+    env = utils.child_env(checkout, **utils.OFFLINE, DS_ACCELERATOR="cpu", OMP_NUM_THREADS=str(args.threads))
     with tempfile.TemporaryDirectory() as out:
         cmd = [
-            sys.executable, str(REPO / "recipes" / "train_vit.py"), "--output_dir", out,
+            sys.executable, str(checkout / "recipes" / "train_vit.py"), "--output_dir", out,
             "--train_dir", str(train_dir), "--model_preset", "vit-tiny-cpu", "--image_size", "224",
             "--patch_size", "16", "--per_device_train_batch_size", str(args.batch_size),
             "--max_steps", str(args.steps), "--throughput_warmup_steps", str(args.warmup),
@@ -89,19 +101,41 @@ def warm_page_cache(folder: Path) -> int:
     return sum(len(path.read_bytes()) for path in folder.rglob("*") if path.is_file())
 
 
-def compare(args, train_dir: Path) -> dict:
-    warm_page_cache(train_dir)
-    rounds = []
-    for index in range(args.rounds):
-        order = PATHS if index % 2 == 0 else tuple(reversed(PATHS))
-        record = {path: run_recipe(args, train_dir, path) for path in order}
-        auto, reference = record["auto"], record["per_sample"]
-        record["end_to_end_ratio"] = auto["images_per_s"] / reference["images_per_s"]
-        record["data_wait_ratio"] = reference["data_wait_s"] / auto["data_wait_s"]
-        print(f"{train_dir.name} round {index + 1}: auto chose {auto['chosen']}; auto/per_sample end to end "
-              f"{record['end_to_end_ratio']:.3f}, data wait {record['data_wait_ratio']:.2f}x lower",
-              file=sys.stderr, flush=True)  # fmt: skip
-        rounds.append(record)
+@contextlib.contextmanager
+def worktree(ref: str | None):
+    """A detached git worktree of `ref` in a temporary folder (None: no baseline), removed afterwards."""
+    if ref is None:
+        yield None
+        return
+    folder = Path(tempfile.mkdtemp(prefix="baseline_")) / "checkout"
+    subprocess.run(["git", "worktree", "add", "--detach", str(folder), ref], cwd=REPO, check=True,
+                   capture_output=True)  # fmt: skip
+    try:
+        yield folder
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(folder)], cwd=REPO, capture_output=True)
+        shutil.rmtree(folder.parent, ignore_errors=True)
+
+
+def arms(checkouts: dict) -> list[tuple[str, str]]:
+    """(version, path) in a round's order: this checkout's auto, per_sample, then the baseline's per_sample, auto."""
+    order = [(version, path) for version in checkouts for path in PATHS]
+    if len(checkouts) > 1:
+        order[len(PATHS) :] = reversed(order[len(PATHS) :])
+    return order
+
+
+def ratios(record: dict) -> dict:
+    """auto against per_sample within one version of one round."""
+    auto, reference = record["auto"], record["per_sample"]
+    return {
+        "end_to_end_ratio": auto["images_per_s"] / reference["images_per_s"],
+        "data_wait_ratio": reference["data_wait_s"] / auto["data_wait_s"],
+    }
+
+
+def summarise(rounds: list[dict]) -> dict:
+    """Medians over rounds of one version: each path's figures, and the median of the per-round ratios."""
 
     def median(path: str, key: str) -> float:
         return statistics.median(r[path][key] for r in rounds)
@@ -114,8 +148,31 @@ def compare(args, train_dir: Path) -> dict:
         },
         "end_to_end_ratio": statistics.median(r["end_to_end_ratio"] for r in rounds),
         "data_wait_ratio": statistics.median(r["data_wait_ratio"] for r in rounds),
+        "end_to_end_ratio_range": [min(r["end_to_end_ratio"] for r in rounds),
+                                   max(r["end_to_end_ratio"] for r in rounds)],
+        "data_wait_ratio_range": [min(r["data_wait_ratio"] for r in rounds),
+                                  max(r["data_wait_ratio"] for r in rounds)],
         "rounds": rounds,
-    }
+    }  # fmt: skip
+
+
+def compare(args, train_dir: Path, checkouts: dict) -> dict:
+    """{version: summary} for each checkout ("this", and "baseline" with --baseline_ref)."""
+    warm_page_cache(train_dir)
+    rounds = {version: [] for version in checkouts}
+    for index in range(args.rounds):
+        order = arms(checkouts) if index % 2 == 0 else list(reversed(arms(checkouts)))
+        record = {version: {} for version in checkouts}
+        for version, path in order:
+            record[version][path] = run_recipe(args, train_dir, path, checkouts[version])
+        for version, runs in record.items():
+            runs.update(ratios(runs))
+            rounds[version].append(runs)
+            print(f"{train_dir.name} round {index + 1} [{version}]: auto chose {runs['auto']['chosen']}; "
+                  f"auto/per_sample end to end {runs['end_to_end_ratio']:.3f}, data wait "
+                  f"{runs['data_wait_ratio']:.2f}x lower", file=sys.stderr, flush=True)  # fmt: skip
+    summaries = {version: summarise(version_rounds) for version, version_rounds in rounds.items()}
+    return summaries["this"] if len(summaries) == 1 else summaries
 
 
 def main(argv=None) -> None:
@@ -129,6 +186,8 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="Rounds; both paths run once per round.")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (OMP_NUM_THREADS).")
     parser.add_argument("--output", default=None, help="Write the result as JSON here.")
+    parser.add_argument("--baseline_ref", default=None,
+                        help="Also run a git worktree of this commit, side by side (see the docstring).")  # fmt: skip
     args = parser.parse_args(argv)
     start = time.time()
     datasets = {}
@@ -137,7 +196,9 @@ def main(argv=None) -> None:
     if args.synthetic_images:
         folder = Path(args.work_dir) / "synthetic_400_640"
         datasets["synthetic_400_640"] = {"folder": str(folder), **write_synthetic(folder, args.synthetic_images)}
-    results = {name: {**info, **compare(args, Path(info["folder"]))} for name, info in datasets.items()}
+    with worktree(args.baseline_ref) as baseline:
+        checkouts = {"this": REPO, **({"baseline": baseline} if baseline else {})}
+        results = {name: {**info, **compare(args, Path(info["folder"]), checkouts)} for name, info in datasets.items()}
     import PIL
     import transformers
 
@@ -152,6 +213,8 @@ def main(argv=None) -> None:
         "steps": args.steps,
         "warmup_dropped": args.warmup,
         "rounds": args.rounds,
+        "baseline_ref": args.baseline_ref,
+        "this_ref": "the checkout the script runs from (provenance.commit)",
     }
     report_result({"setup": setup, "datasets": results, "wall_s": round(time.time() - start, 1)}, args.output)
 

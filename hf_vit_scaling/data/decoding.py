@@ -16,7 +16,7 @@ from datasets import Dataset, DatasetDict
 from datasets import Image as ImageFeature
 from PIL import Image, UnidentifiedImageError
 
-from hf_vit_scaling.data.sample_randomness import PerSampleRandomness
+from hf_vit_scaling.data.sample_randomness import PerSampleRandomness, each_sample
 from hf_vit_scaling.errors import UserInputError
 
 _DECODE_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError)
@@ -102,7 +102,7 @@ def refuse_bad_images(splits: DatasetDict, image_column: str) -> None:
 class SampleIndexDataset(torch.utils.data.Dataset):
     """A split whose items also carry `sample_index` (their row), so a batch can say which rows it holds: used to
     name skipped images and to trace the data order (`--trace_samples`). With `randomness`, each item's host
-    transforms draw from that row's own generator state (`sample_randomness`): one transform call per item."""
+    transforms draw from that row's own stream (`sample_randomness`), the batch still read and transformed at once."""
 
     def __init__(self, dataset, randomness: PerSampleRandomness | None = None):
         self.dataset, self.randomness = dataset, randomness
@@ -113,13 +113,16 @@ class SampleIndexDataset(torch.utils.data.Dataset):
     def __getitem__(self, index):
         if self.randomness is None:
             return {**self.dataset[index], "sample_index": index}
-        with self.randomness.drawing_for(index):
+        with self.randomness.drawing_rows([index]):
             return {**self.dataset[index], "sample_index": index}
 
-    def __getitems__(self, indices):  # the DataLoader's batched fetch: one transform call per batch
-        if self.randomness is not None:
-            return [self[i] for i in indices]
-        return [{**item, "sample_index": i} for i, item in zip(indices, self.dataset.__getitems__(indices))]
+    def __getitems__(self, indices):  # the DataLoader's batched fetch: one read and one transform call per batch
+        if self.randomness is None:
+            items = self.dataset.__getitems__(indices)
+        else:
+            with self.randomness.drawing_rows(indices):  # each row's host draws from its own stream
+                items = self.dataset.__getitems__(indices)
+        return [{**item, "sample_index": i} for i, item in zip(indices, items)]
 
 
 def with_sample_index(splits, seed: int | None = None) -> dict:
@@ -235,7 +238,7 @@ def set_pixel_transforms(data, to_pixels) -> DatasetDict:
 
         def apply(batch):
             pixels, notes = [], []
-            for value in batch[data.image_column]:
+            for value in each_sample(batch[data.image_column]):  # a training row's own host draws
                 out, note = pixels_or_note(convert, value, data.on_bad_image, image_name(value))
                 pixels.append(out)
                 notes.append(note)

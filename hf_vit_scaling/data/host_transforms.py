@@ -13,26 +13,23 @@ from datasets import DatasetDict
 from PIL import Image
 
 from hf_vit_scaling.data.decoding import decode_then, pil_to_uint8_tensor, set_pixel_transforms
-
-
-def _uniform(low: float, high: float) -> float:
-    return low + (high - low) * torch.rand(()).item()
+from hf_vit_scaling.data.sample_randomness import host_randint, host_uniform
 
 
 def random_resized_crop_box(height: int, width: int, scale_min: float) -> tuple[int, int, int, int]:
     """(top, left, h, w) as torchvision's RandomResizedCrop samples it: area in [scale_min, 1], ratio in [3/4, 4/3].
 
-    Uses torch's global RNG, which the Trainer seeds and each DataLoader worker re-seeds.
+    Draws from the training sample's own stream (`sample_randomness`), or torch's default generator outside one.
     """
     area = height * width
     for _ in range(10):
-        target_area = area * _uniform(scale_min, 1.0)
-        aspect = math.exp(_uniform(math.log(3 / 4), math.log(4 / 3)))
+        target_area = area * host_uniform(scale_min, 1.0)
+        aspect = math.exp(host_uniform(math.log(3 / 4), math.log(4 / 3)))
         w = int(round(math.sqrt(target_area * aspect)))
         h = int(round(math.sqrt(target_area / aspect)))
         if 0 < w <= width and 0 < h <= height:
-            top = int(torch.randint(0, height - h + 1, ()).item())
-            left = int(torch.randint(0, width - w + 1, ()).item())
+            top = host_randint(0, height - h + 1)
+            left = host_randint(0, width - w + 1)
             return top, left, h, w
     return 0, 0, height, width  # fallback: the whole image
 
@@ -73,10 +70,10 @@ class ImageTransform:
             x = F.interpolate(x, size=(self.size, self.size), mode="bilinear", antialias=True, align_corners=False)
         if self.train and self.padding:  # torchvision's RandomCrop(size, padding=N, padding_mode="edge")
             x = F.pad(x, [self.padding] * 4, mode="replicate")
-            top, left = torch.randint(0, 2 * self.padding + 1, (2,)).tolist()
+            top, left = host_randint(0, 2 * self.padding + 1), host_randint(0, 2 * self.padding + 1)
             x = x[..., top : top + self.size, left : left + self.size]
         x = x.squeeze(0)
-        if self.train and self.flip and torch.rand(()).item() < 0.5:
+        if self.train and self.flip and host_uniform() < 0.5:
             x = x.flip(-1)
         return (x - self.mean) / self.std
 

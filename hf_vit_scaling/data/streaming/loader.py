@@ -12,7 +12,7 @@ import torch
 from datasets import IterableDataset
 from datasets.distributed import split_dataset_by_node
 
-from hf_vit_scaling.data.sample_randomness import sample_seed, seeded_draws
+from hf_vit_scaling.data.sample_randomness import drawing_for_row, sample_seed
 from hf_vit_scaling.data.streaming.position import (
     POSITION_DIRNAME,
     POSITION_FORMAT,
@@ -154,7 +154,7 @@ class StreamingTrainData(torch.utils.data.IterableDataset):
         examples, batches, pending = start.examples, start.batches, []
         for row in rows:
             examples += 1
-            with seeded_draws(self.seed, self._pass_index, row[SAMPLE_ID]):  # the row's own host draws
+            with drawing_for_row(self.seed, self._pass_index, row[SAMPLE_ID]):  # the row's own host draws
                 pending.append({**self.to_example(row), "sample_index": row[SAMPLE_ID]})
             if len(pending) == self.batch_size:
                 batches += 1
@@ -221,7 +221,7 @@ class StreamLoader:
         """One pass's DataLoader. Its own generator, seeded from (seed, pass): the workers' base seed is drawn from
         it, not from torch's default stream, whose position the checkpoint saves (a new pass started just after a
         checkpoint would otherwise shift every later device-side draw of an uninterrupted run against a resumed one).
-        The host transforms draw per row (`seeded_draws`), so the workers' seeds decide nothing they make."""
+        The host transforms draw per row (`drawing_for_row`), so the workers' seeds decide nothing they make."""
         workers = self.args.dataloader_num_workers
         generator = torch.Generator().manual_seed(sample_seed(self.data.seed, pass_index, LOADER_ROW))
         extra = {}

@@ -11,7 +11,15 @@ from transformers import TrainerState
 
 from hf_vit_scaling.data.decoding import SampleIndexDataset, with_sample_index
 from hf_vit_scaling.data.host_transforms import ImageTransform
-from hf_vit_scaling.data.sample_randomness import EpochOfDraws, PerSampleRandomness, sample_seed
+from hf_vit_scaling.data.sample_randomness import (
+    EpochOfDraws,
+    PerSampleRandomness,
+    SampleDraws,
+    drawing_rows,
+    each_sample,
+    host_uniform,
+    sample_seed,
+)
 
 ROWS = 12
 
@@ -24,7 +32,8 @@ def augmented_split(seed: int = 3) -> SampleIndexDataset:
     split = Dataset.from_dict({"image": images, "label": [i % 3 for i in range(ROWS)]}).with_format("numpy")
 
     def apply(batch):
-        pixels = [transform(torch.as_tensor(np.asarray(img)).permute(2, 0, 1)) for img in batch["image"]]
+        images = each_sample(batch["image"])  # what `decoding.set_pixel_transforms` does: a row's own draws
+        pixels = [transform(torch.as_tensor(np.asarray(img)).permute(2, 0, 1)) for img in images]
         return {"pixel_values": pixels, "labels": batch["label"]}
 
     split.set_transform(apply)
@@ -96,3 +105,45 @@ def test_the_epoch_is_the_floor_of_the_trainer_s_epoch(state_epoch, epoch):
 def test_sample_seeds_are_distinct_and_non_negative():
     seeds = {sample_seed(seed, epoch, row) for seed in (0, 1) for epoch in range(3) for row in range(100)}
     assert len(seeds) == 600 and min(seeds) >= 0 and max(seeds) < 2**63
+
+
+def test_a_row_draws_the_same_fetched_alone_or_in_any_batch():
+    """Fails if a row's draws depended on its place in the batch (e.g. one stream per batch, not per row)."""
+    split = augmented_split()
+    alone = [split[row]["pixel_values"] for row in range(ROWS)]
+    halves = pixels(split.__getitems__([7, 3, 11, 0, 5, 9])) + pixels(split.__getitems__([1, 2, 4, 6, 8, 10]))
+    by_row = dict(zip([7, 3, 11, 0, 5, 9, 1, 2, 4, 6, 8, 10], halves))
+    assert all(torch.equal(alone[row], by_row[row]) for row in range(ROWS))
+
+
+def test_draws_are_uniform_and_rows_independent():
+    """Each row's stream is uniform on [0, 1) (mean 1/2, variance 1/12) and uncorrelated with the next row's.
+    Fails if rows shared a stream offset by one (row r + 1's draws = row r's shifted) or the mixing were dropped."""
+
+    def stream(row: int) -> list[float]:
+        draws = SampleDraws(42, 0, row)
+        return [draws.uniform() for _ in range(8)]
+
+    streams = np.array([stream(row) for row in range(4000)])
+    assert len(set(streams[0])) == 8
+    assert streams.min() >= 0.0 and streams.max() < 1.0
+    assert abs(streams.mean() - 0.5) < 0.01 and abs(streams.var() - 1 / 12) < 0.005
+    next_row = np.corrcoef(streams[:-1].ravel(), streams[1:].ravel())[0, 1]
+    shifted = np.corrcoef(streams[:-1, 1:].ravel(), streams[1:, :-1].ravel())[0, 1]
+    assert abs(next_row) < 0.02 and abs(shifted) < 0.02
+
+
+def test_a_batch_whose_transform_skips_rows_is_refused():
+    """The rows of a batch take their streams in order: a transform that handled fewer samples than were fetched
+    would hand later rows the wrong draws, so it stops. Fails if the check in `drawing_rows` were removed."""
+    with pytest.raises(RuntimeError, match="not transformed"):
+        with drawing_rows(0, 0, [0, 1, 2]):
+            for _ in zip(range(2), each_sample(["a", "b", "c"])):
+                pass
+
+
+def test_outside_a_training_batch_the_shared_generator_draws():
+    torch.manual_seed(3)
+    expected = torch.rand(()).item()
+    torch.manual_seed(3)
+    assert host_uniform() == expected
