@@ -12,8 +12,8 @@ A generated table sits between two markers in a markdown page, the first naming 
 Each table's renderer (benchmarks/table_renderers.py) reads one results file (written by a benchmark script with its
 provenance: command, commit, CPU, versions, date); `render` ends the table with a `Source:` line naming that file, so
 the page says where its numbers are.
-A figure typed into a page instead: the same test asks every results section ("What was measured", "Results") that
-holds figure-looking numbers to name a source (a results file, a benchmark script, or a paper).
+A figure typed into a page instead must name the results file that holds it, or be labelled or allowed:
+benchmarks/figures.py, which `--check` runs too.
 """
 
 import argparse
@@ -24,6 +24,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import figures  # benchmarks/figures.py: the check of the figures typed outside the generated tables
 import table_renderers as renderers  # benchmarks/table_renderers.py (scripts run as benchmarks/<name>.py)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,6 +70,12 @@ TABLES: dict[str, tuple[str, Callable[[dict], str]]] = {
     "planner_memory_by_engine": (f"{RESULTS}/planner_memory.json", renderers.planner_memory_by_engine),
     "planner_memory_rows": (f"{RESULTS}/planner_memory.json", renderers.planner_memory_rows),
     "planner_study": (f"{RESULTS}/planner_study.json", renderers.planner_study),
+    "planner_published": (f"{RESULTS}/planner_published.json", renderers.planner_published),
+    "planner_published_scaling": (f"{RESULTS}/planner_published.json", renderers.planner_published_scaling),
+    "planner_published_inputs": (f"{RESULTS}/planner_published.json", renderers.planner_published_inputs),
+    "planner_published_commands": (f"{RESULTS}/planner_published.json", renderers.planner_published_commands),
+    "planner_projection": (f"{RESULTS}/planner_published.json", renderers.planner_projection),
+    "planner_worked_example": (f"{RESULTS}/planner_published.json", renderers.planner_worked_example),
 }
 
 
@@ -101,39 +108,15 @@ def stale_tables(text: str, page: Path) -> list[str]:
             if match.group("name") in TABLES and match.group("body") != render(match.group("name"), page)]  # fmt: skip
 
 
-# A figure: a number with a unit of time, size, speed or a ratio. A source: a results file, a benchmark script, a
-# study's folder, a paper, or an explicit "Source:" line.
-FIGURE = re.compile(r"\b\d[\d,]*(\.\d+)?\s?(ms|s|min|minutes|%|×|x|images/s|MiB|GiB|GB|MB|TFLOP/s)\b")
-SOURCE = re.compile(r"[\w./-]+\.(json|csv)\b|benchmarks/\w+\.py|docs/studies/|arXiv|Source:", re.I)
-RESULTS_HEADING = re.compile(r"^#+ .*(measured|results)", re.I)
-
-
-def unsourced_sections(text: str) -> list[str]:
-    """The headings of results sections ("What was measured", "Results", ...) that hold figure-looking numbers but
-    name no source anywhere in the section (its subsections included)."""
-    lines = text.splitlines()
-    heads = [(i, len(line) - len(line.lstrip("#"))) for i, line in enumerate(lines) if line.startswith("#")]
-    found = []
-    for k, (start, level) in enumerate(heads):
-        if not RESULTS_HEADING.match(lines[start]):
-            continue
-        end = next((i for i, deeper in heads[k + 1 :] if deeper <= level), len(lines))
-        section = "\n".join(lines[start:end])
-        if FIGURE.search(section) and not SOURCE.search(section):
-            found.append(lines[start].lstrip("# "))
-    return found
-
-
 def problems() -> list[str]:
-    """Every generated table that differs from its results file, and every results section without a source."""
+    """Every generated table that differs from its results file, and every typed figure of a page that is neither
+    generated, sourced, labelled nor allowed (benchmarks/figures.py)."""
     found = []
     for page in pages():
         text, where = page.read_text(encoding="utf-8"), page.relative_to(REPO)
         found += [f"{where}: table {name} differs from {TABLES[name][0]}. Fix: python benchmarks/tables.py"
                   for name in stale_tables(text, page)]  # fmt: skip
-        found += [f"{where}: the section '{heading}' shows figures without a source. Fix: name the results file, "
-                  "the benchmark script or the paper" for heading in unsourced_sections(text)]  # fmt: skip
-    return found
+    return found + figures.problems()
 
 
 def main() -> int:

@@ -1,5 +1,5 @@
-"""The pages' measured figures: generated tables equal their results files, and every results section names its
-source (benchmarks/tables.py, `make docs-figures`)."""
+"""The pages' measured figures: generated tables equal their results files, and every figure typed in a markdown page
+is sourced, labelled or allowed (benchmarks/tables.py, benchmarks/figures.py, `make docs-figures`)."""
 
 import importlib.util
 import re
@@ -13,6 +13,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))  # as when run as a script: tables.
 spec = importlib.util.spec_from_file_location("tables", REPO / "benchmarks" / "tables.py")
 tables = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tables)
+figures = tables.figures
 
 # The generated tables and the page each lives on.
 GENERATED = {
@@ -26,7 +27,7 @@ GENERATED = {
 CELL_FIGURE = re.compile(r"(?<=\| )\d[\d,]*(\.\d+)?")
 
 
-def test_every_generated_table_and_results_section_is_current_and_sourced():
+def test_every_generated_table_is_current_and_every_typed_figure_passes():
     assert tables.problems() == []
 
 
@@ -51,11 +52,97 @@ def test_one_changed_number_in_a_generated_table_is_found(page, name):
     assert tables.stale_tables(changed, path) == [name]
 
 
-def test_a_results_section_with_figures_needs_a_source():
-    assert tables.unsourced_sections("## What was measured\n\nA step took 75 ms.\n") == ["What was measured"]
-    assert tables.unsourced_sections("## What was measured\n\nA step took 75 ms (results/x.json).\n") == []
-    assert tables.unsourced_sections("## Results\n\nNo numbers here.\n") == []
-    assert tables.unsourced_sections("## Usage\n\nA step took 75 ms.\n") == []  # not a results section
+def text_of(page: str) -> str:
+    return (REPO / page).read_text(encoding="utf-8")
+
+
+def after_line(text: str, line: str, inserted: str) -> str:
+    """`text` with the paragraph `inserted` right after its first line equal to `line`."""
+    lines = text.splitlines(keepends=True)
+    at = next(i for i, each in enumerate(lines) if each.rstrip("\n") == line) + 1
+    return "".join(lines[:at] + ["\n", inserted + "\n"] + lines[at:])
+
+
+def without_make_train_block(text: str) -> str:
+    """README with its generated make_train block replaced by the same time typed as a sentence."""
+    block = next(m for m in tables.BLOCK.finditer(text) if m.group("name") == "make_train")
+    return text[: block.start()] + "`make train` took 3.9 min on a fresh clone.\n" + text[block.end() :]
+
+
+# A figure typed into a page, one case per way the earlier check let one through: (page, the page's text with the
+# figure, the figures the check must name).
+INSERTED = {
+    "medical results": ("recipes/medical_brain_mri/README.md",
+                        lambda t: after_line(t, "## Results", "A longer run took 42 min and AUROC 0.991."),
+                        ["42 min", "0.991"]),
+    "reliability measured": ("docs/reliability.md",
+                             lambda t: after_line(t, "## What was measured", "A resumed run lost 12 s."),
+                             ["12 s"]),
+    "README ratio": ("README.md", lambda t: after_line(t, "## Fast input path", "Prepared shards are 55.2x faster."),
+                     ["55.2x"]),
+    "new results section": ("docs/gpu.md", lambda t: t + "\n## Results\n\nMFU 61.3%, 2.4x, accuracy 0.991.\n",
+                            ["61.3%", "2.4x", "0.991"]),
+    "make_train retyped": ("README.md", without_make_train_block, ["3.9 min"]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(INSERTED))
+def test_a_typed_figure_inserted_into_a_page_is_named_with_its_page_and_line(case):
+    """Fails if the check misses any of these figures (a unit followed by a space, a bare score, a page or section
+    it does not read, a source named for the paragraph that does not hold the number) or names the wrong line."""
+    page, insert, expected = INSERTED[case]
+    assert figures.problems({page: text_of(page)}) == []
+    text = insert(text_of(page))
+    found = figures.problems({page: text})
+    named = {(p.split(":")[1], p.split("'")[1]) for p in found}
+    lines = text.splitlines()
+    assert named == {(str(next(i + 1 for i, line in enumerate(lines) if figure in line)), figure)
+                     for figure in expected}, found  # fmt: skip
+
+
+PAGE = "docs/example.md"
+
+
+def problems_of(text: str) -> list[str]:
+    return figures.problems({PAGE: text})
+
+
+def test_a_figure_passes_only_where_the_named_file_holds_its_number_up_to_the_page_s_rounding():
+    """Fails if a named file passes a number it does not hold, if rounding is not allowed, or if a name that is no
+    file (throughput.json) counts as a source."""
+    results = "benchmarks/results/stop_on_signal.json"  # holds the ratio 1.0247... and a median of 71.39... ms
+    ratio = next(v for v in figures.file_numbers(REPO / results) if v.startswith("1.02") and len(v) > 5)
+    assert problems_of(f"A ratio of {ratio[:4]}x ({results}).\n") == []
+    assert problems_of(f"A ratio of {ratio[:4]}x (`stop_on_signal.json`).\n") == []
+    assert problems_of(f"A ratio of 1.09x ({results}).\n") != []
+    assert problems_of(f"A ratio of {ratio[:4]}x (throughput.json).\n") != []
+    assert problems_of(f"A ratio of {ratio[:4]}x.\n\nSource: {results}.\n") != []  # another paragraph
+
+
+def test_a_label_passes_its_paragraph_and_its_section_only():
+    """Fails if a label word stops counting, or if it passes figures outside its paragraph or section."""
+    assert problems_of("It took 42 min (an earlier measurement).\n") == []
+    assert problems_of("## Earlier runs\n\nIt took 42 min.\n") == []
+    assert problems_of("The paper (arXiv 2010.11929) reports 88.55% top-1.\n") == []
+    assert problems_of("## Earlier runs\n\nx\n\n## Now\n\nIt took 42 min.\n") != []
+    assert problems_of("It took 42 min.\n\nAn earlier measurement gave more.\n") != []
+
+
+def test_an_allowance_passes_its_figure_on_its_page_and_one_that_matches_nothing_is_reported():
+    """Fails if allowances are not read, pass figures on other pages, or stay on the list once their figure left."""
+    (page, figure), reason = next(iter(figures.allowances().items()))
+    assert reason.strip()
+    assert f"'{figure}'" not in "".join(figures.problems({page: f"It is {figure}.\n"}))
+    assert f"'{figure}'" in "".join(figures.problems({PAGE: f"It is {figure}.\n"}))
+    assert any("matches no figure" in p and f"'{figure}'" in p for p in figures.problems({page: "Nothing.\n"}))
+
+
+def test_the_label_words_are_the_ones_benchmarks_readme_documents():
+    """Fails if a label word is added to or dropped from benchmarks/figures.py without the rule's text saying so."""
+    text = (REPO / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    rule = text[text.index("**Figures in the pages.**") :].split("\n\n")[0]
+    words = {word for word in figures.EXTERNAL + figures.EARLIER if not word.startswith("http")}
+    assert words <= set(re.findall(r"`([^`]+)`", rule)) and "a URL" in rule
 
 
 def durations(*lines: str) -> dict:
