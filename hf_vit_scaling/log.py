@@ -1,4 +1,6 @@
 """One logger for the package and its recipes: messages from the main process only, errors as one `error:` line.
+It imports nothing from the package, so every module may log (`is_main_process` lives here for that reason, and
+`parallel.distributed` offers it beside the other rank helpers).
 
 `setup_logging()` sends `hf_vit_scaling` records to stdout as plain lines (level INFO on the main process, WARNING
 elsewhere, so per-rank facts are gathered and printed once) and errors to stderr as `error: <message>`. Other
@@ -6,12 +8,19 @@ libraries keep their own verbosity (transformers: the Trainer's `--log_level`).
 """
 
 import logging
+import os
 import sys
 
-from hf_vit_scaling.errors import INTERRUPTED_EXIT_CODE, TrainingInterrupted, TrainingStopped, UserInputError
-from hf_vit_scaling.parallel.distributed import is_main_process
-
 logger = logging.getLogger("hf_vit_scaling")
+
+
+def is_main_process() -> bool:
+    """Rank 0, asked the same way before and after the process group exists (launchers export RANK)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank() == 0
+    return os.environ.get("RANK", "0") == "0"
 
 
 class _CurrentStream(logging.StreamHandler):
@@ -52,25 +61,3 @@ def setup_logging(transformers_level: int | None = None) -> None:
         import transformers
 
         transformers.utils.logging.set_verbosity(transformers_level)
-
-
-def exit_code_for(err: Exception) -> int:
-    """Log `err` as one `error:` line and return the recipe's exit code: 2 for bad input, 1 for a stopped run; an
-    interrupted run (a stop signal, a checkpoint saved) is one plain line from the main process and exit 75.
-
-    Bad input is the same on every rank, so only the main process says it; a stopped run is said by the main process,
-    and also by any rank that may be the only one to know (a failed save on that rank)."""
-    setup_logging()
-    if isinstance(err, TrainingInterrupted):
-        if is_main_process():
-            logger.warning(str(err))
-        return INTERRUPTED_EXIT_CODE
-    if isinstance(err, UserInputError):
-        show, code = is_main_process(), 2
-    elif isinstance(err, TrainingStopped):
-        show, code = is_main_process() or not err.every_rank_knows, 1
-    else:
-        raise TypeError(f"not a recipe error: {err!r}") from err
-    if show:
-        logger.error(str(err))
-    return code

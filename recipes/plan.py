@@ -22,12 +22,10 @@ import json
 import sys
 from pathlib import Path
 
-from transformers import HfArgumentParser
-
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.planning.plan import plan
-from hf_vit_scaling.planning.plan_arguments import PlanArguments, plan_inputs, settings_from
-from hf_vit_scaling.planning.plan_report import format_plan
+from hf_vit_scaling.planning.plan_arguments import parse_plan_flags
+from hf_vit_scaling.planning.plan_report import format_plan, plan_json
 
 DS_CONFIGS = Path(__file__).resolve().parents[1] / "ds_configs"
 
@@ -35,17 +33,14 @@ DS_CONFIGS = Path(__file__).resolve().parents[1] / "ds_configs"
 def main(argv: list[str] | None = None) -> int:
     # Parse and check everything before any work: one `error: ... Fix: ...` line and exit status 2 on bad input.
     try:
-        (args,) = HfArgumentParser(PlanArguments).parse_args_into_dataclasses(argv)
-        settings = settings_from(args, DS_CONFIGS)
+        args, settings = parse_plan_flags(argv, DS_CONFIGS)
     except UserInputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 
     result = plan(settings)
     if args.json:
-        report = result.to_dict()
-        report["inputs"] = plan_inputs(args)
-        print(json.dumps(report, indent=2))
+        print(json.dumps(plan_json(args, result), indent=2))
     else:
         print(format_plan(result))
     return 0

@@ -17,14 +17,15 @@ import json
 import sys
 
 from hf_vit_scaling.arguments.field_checks import require_writable_folder
+from hf_vit_scaling.arguments.parser import ScriptParser
 from hf_vit_scaling.data.prepare import SourceSpec, prepare_shards
-from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.log import exit_code_for, setup_logging
+from hf_vit_scaling.errors import UserInputError, exit_code_for
+from hf_vit_scaling.log import setup_logging
 from hf_vit_scaling.training.faults import prepare_fault
 
 
 def parse(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ScriptParser("recipes/prepare_shards.py", __doc__)
     source = parser.add_argument_group("source (as recipes/train_vit.py takes it)")
     source.add_argument("--dataset_name", help="Hub id or save_to_disk folder.")
     source.add_argument("--dataset_config_name", help="Configuration name of --dataset_name.")

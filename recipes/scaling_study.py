@@ -18,11 +18,9 @@ script with the same grid and `--nnodes/--node_rank/--master_addr`.
 import os
 import sys
 
-from transformers import HfArgumentParser
-
 from hf_vit_scaling.arguments.field_checks import require_writable_folder
-from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.log import exit_code_for
+from hf_vit_scaling.arguments.parser import DataclassParser
+from hf_vit_scaling.errors import UserInputError, exit_code_for
 from hf_vit_scaling.planning.study_runner import StudyArguments, build_grid, count_train_images, run_cell, write_report
 
 
@@ -31,7 +29,7 @@ def main(argv=None) -> int:
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     own = argv[: argv.index("--")] if "--" in argv else argv
     try:
-        (a,) = HfArgumentParser(StudyArguments).parse_args_into_dataclasses(own)
+        (a,) = DataclassParser(StudyArguments, prog="recipes/scaling_study.py").parse_flags(own)
         require_writable_folder("output_dir", a.output_dir)
     except UserInputError as err:
         return exit_code_for(err)

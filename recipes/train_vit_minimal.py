@@ -14,23 +14,29 @@ Fine-tune: `--model_name_or_path google/vit-base-patch16-224-in21k --dataset_nam
 
 import sys
 
-from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
+from transformers import Trainer, TrainingArguments, set_seed
 
 from hf_vit_scaling import (
     DataArguments,
     ModelArguments,
+    UserInputError,
     attach_transforms,
     build_model,
     collate_image_batch,
+    exit_code_for,
     load_image_classification_data,
     make_compute_metrics,
     shutdown_distributed,
 )
+from hf_vit_scaling.arguments.parser import DataclassParser
 
 
 def main(argv=None) -> int:
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
+    parser = DataclassParser((ModelArguments, DataArguments, TrainingArguments), prog="recipes/train_vit_minimal.py")
+    try:  # bad input (an unknown flag, a bad value): one `error:` line, exit 2
+        model_args, data_args, training_args = parser.parse_flags(argv)
+    except UserInputError as err:
+        return exit_code_for(err)
     training_args.remove_unused_columns = False  # images become `pixel_values` in a transform
 
     # Data and model

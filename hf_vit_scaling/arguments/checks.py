@@ -1,5 +1,6 @@
 """Checks across argument groups, run by `parse_args` before anything loads (each group's own checks are in its
-`__post_init__`). `args` is the parsed `RecipeArguments`."""
+`__post_init__`). `args` is the parsed `RecipeArguments`; its `run_engine` (resolved once by `parse_args`) is what
+every check of the engine reads."""
 
 import os
 
@@ -7,11 +8,13 @@ from hf_vit_scaling.arguments.field_checks import refuse_given_flags, require_in
 from hf_vit_scaling.arguments.regularization import check_regularization
 from hf_vit_scaling.arguments.streaming import check_streaming
 from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.losses.soft_target import produces_soft_targets
 from hf_vit_scaling.models.presets import MODEL_PRESETS
-from hf_vit_scaling.parallel.deepspeed_config import check_ds_config_against_flags, zero_stage
+from hf_vit_scaling.parallel.deepspeed_config import check_ds_config_against_flags
 from hf_vit_scaling.parallel.hetero import parse_shares
 from hf_vit_scaling.parallel.sequence_parallel import check_sequence_parallel
 from hf_vit_scaling.training.checkpoints import LATEST
+from hf_vit_scaling.training.interruption import check_one_stop_handler
 
 
 def keep_hub_token_out_of_arguments(training_args) -> None:
@@ -51,12 +54,12 @@ def check_nonfinite_policy(reliability_args, training_args) -> None:
         )
 
 
-def check_balance_batches(mode: str, training_args) -> None:
-    """--balance_batches: shares must name every rank, and ZeRO-3 is refused (checked before any loading)."""
+def check_balance_batches(mode: str, training_args, engine) -> None:
+    """--balance_batches: shares must name every rank, and ZeRO-3 is refused (checked before any loading).
+    `engine`: the run's `parallel.engine.Engine`."""
     if mode == "off" or training_args.world_size == 1:
         return
-    ds = getattr(training_args, "hf_deepspeed_config", None)
-    if ds is not None and zero_stage(ds.config) == 3:
+    if engine.zero_stage == 3:
         raise UserInputError(
             "--balance_batches works with plain DDP and ZeRO 0-2; ZeRO-3 partitions the parameters, "
             "so the calibration cannot run the model alone on each rank. Fix: use ZeRO-2."
@@ -119,9 +122,13 @@ def check_training_numbers(training_args) -> None:
 
 def check_class_weighting(args) -> None:
     """Class weights multiply hard-label cross-entropy; soft targets (Mixup/CutMix, label smoothing) have their own
-    loss, and weighting them would need a per-class weight inside the mixed target: refused rather than guessed."""
+    loss, and weighting them would need a per-class weight inside the mixed target: refused rather than guessed.
+    Refused only when the run does produce soft targets (`produces_soft_targets`, the predicate the augmenter and the
+    loss use): --mixup_alpha 0.8 with --mixup_prob 0 mixes nothing and trains class-weighted."""
     reg = args.regularization
-    soft = (reg.mixup_alpha > 0 or reg.cutmix_alpha > 0) or args.training.label_smoothing_factor > 0
+    soft = produces_soft_targets(
+        reg.mixup_alpha, reg.cutmix_alpha, reg.mixup_prob, args.training.label_smoothing_factor
+    )
     if args.data.class_weighting != "none" and soft:
         raise UserInputError(
             "--class_weighting cannot be combined with --mixup_alpha/--cutmix_alpha or --label_smoothing_factor "
@@ -226,10 +233,11 @@ def validate_args(args) -> None:
     check_training_numbers(training)
     check_fsdp(args)
     check_nonfinite_policy(args.reliability, training)
-    check_ds_config_against_flags(training)
-    check_balance_batches(args.cluster.balance_batches, training)
-    ds = getattr(training, "hf_deepspeed_config", None)
-    check_regularization(args.regularization, ds.config if ds is not None else None)
+    check_one_stop_handler(training.enable_jit_checkpoint)
+    engine = args.run_engine
+    check_ds_config_against_flags(engine.ds_config_mismatches)
+    check_balance_batches(args.cluster.balance_batches, training, engine)
+    check_regularization(args.regularization, engine.ds_config)
     check_class_weighting(args)
     check_streaming(args)
     check_distillation(args)
@@ -238,7 +246,7 @@ def validate_args(args) -> None:
     check_sequence_parallel(
         args.engine.sequence_parallel_size,
         training.world_size,
-        ds.config if ds is not None else None,
+        engine.ds_config,
         preset and MODEL_PRESETS.get(preset, {}).get("num_attention_heads"),
         args.model.attn_implementation,
         args.cluster.balance_batches,

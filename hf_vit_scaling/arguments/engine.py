@@ -4,7 +4,7 @@ the cluster (slow ranks, uneven batch shares)."""
 from dataclasses import dataclass, field
 
 from hf_vit_scaling.arguments.field_checks import require_at_least
-from hf_vit_scaling.parallel.hetero import parse_slow_ranks
+from hf_vit_scaling.parallel.hetero import parse_balance_spec, parse_slow_ranks
 from hf_vit_scaling.training.learning_rate import LR_SCALING_RULES
 
 
@@ -73,4 +73,5 @@ class ClusterArguments:
     )
 
     def __post_init__(self):
+        parse_balance_spec(self.balance_batches)  # the grammar now; the share count once the world size is known
         self.slow_ranks = parse_slow_ranks(self.simulate_slow_ranks)

@@ -1,7 +1,9 @@
 """Command-line arguments shared by the recipes: dataclasses parsed by `HfArgumentParser` with `TrainingArguments`.
 
-`--ds_config PATH` is the project's name for the Trainer's `--deepspeed PATH`: it is resolved into
-`TrainingArguments.deepspeed` before `TrainingArguments` is built, so there is one DeepSpeed code path.
+`--ds_config PATH` is the project's name for the Trainer's `--deepspeed PATH`: the parsed value (any spelling of the
+flag, a file's key) stays in `EngineArguments.ds_config` and is resolved into `TrainingArguments.deepspeed` before
+`TrainingArguments` is built, so there is one DeepSpeed code path. The engine is then read out of TrainingArguments
+once, into `RecipeArguments.run_engine` (`parallel.engine.Engine`), which every later reader uses.
 
 The parsed values are checked before any dataclass is built from them: every float flag (found from the fields'
 types) must be finite, and TrainingArguments' numbers in range (`check_values`); a ValueError TrainingArguments
@@ -28,12 +30,14 @@ from hf_vit_scaling.arguments.engine import ClusterArguments, EngineArguments, L
 from hf_vit_scaling.arguments.field_checks import float_fields, require_file, require_finite
 from hf_vit_scaling.arguments.mae import MaeArguments, check_mae_run
 from hf_vit_scaling.arguments.model import ModelArguments
+from hf_vit_scaling.arguments.parser import DataclassParser
 from hf_vit_scaling.arguments.regularization import RegularizationArguments
 from hf_vit_scaling.arguments.reliability import ReliabilityArguments, ReportArguments
 from hf_vit_scaling.arguments.streaming import StreamingArguments
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.parallel.deepspeed_config import load_ds_config
 from hf_vit_scaling.parallel.distributed import ensure_single_process_env
+from hf_vit_scaling.parallel.engine import Engine, engine_of
 
 
 @dataclass
@@ -52,6 +56,7 @@ class RecipeArguments:
     distillation: DistillationArguments
     training: TrainingArguments
     mae: MaeArguments | None = None  # recipes/pretrain_mae.py only (`parse_args(mae=True)`)
+    run_engine: Engine | None = None  # DeepSpeed (its dict), FSDP2 or the plain Trainer: set once by `parse_args`
 
 
 ALL_ARGUMENT_CLASSES = (
@@ -84,12 +89,19 @@ def check_values(values: dict) -> None:
     check_training_values(values)
 
 
-class _CheckingParser(HfArgumentParser):
-    """`HfArgumentParser` that runs `check_values` on the parsed flags before it builds the dataclasses."""
+class _CheckingParser(DataclassParser):
+    """`DataclassParser` (one-line refusals) that runs `check_values` on the parsed flags before it builds the
+    dataclasses."""
+
+    what = "recipe"
+
+    def help_hint(self) -> str:
+        return help_fix(self)
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, remaining = super().parse_known_args(args, namespace)
         check_values(vars(namespace))
+        resolve_engine_values(vars(namespace))  # the namespace's own dict: what the dataclasses are built from
         return namespace, remaining
 
 
@@ -105,13 +117,17 @@ def _build(parser: HfArgumentParser, method: str, *args, **kwargs) -> tuple:
         raise UserInputError(f"{message} (TrainingArguments). Fix: correct that flag ({help_fix(parser)}).") from err
 
 
-def _refuse_unknown(parser: HfArgumentParser, given: list[str], where: str = "") -> None:
-    if given:
-        names = ", ".join(given)
-        raise UserInputError(
-            f"{where}{names} {'is not a flag' if len(given) == 1 else 'are not flags'} of this recipe. Fix: remove "
-            f"or rename {'it' if len(given) == 1 else 'them'} ({help_fix(parser)})."
-        )
+def require_choices(values: dict, parser: HfArgumentParser, given_as_flags: list[str] = ()) -> None:
+    """A file's values become the parser's defaults, and argparse checks a flag's choices only on the command line:
+    each value of `values` (a file's) for a flag with choices must be one of them, unless `given_as_flags` sets that
+    flag again (argparse checks that one). Else one error naming the flag, the value and the choices."""
+    for action in parser._actions:
+        value = values.get(action.dest)
+        if action.choices is None or value is None or _option_value(list(given_as_flags), f"--{action.dest}"):
+            continue
+        if str(value) not in {str(choice) for choice in action.choices}:
+            allowed = ", ".join(str(choice) for choice in action.choices)
+            raise UserInputError(f"--{action.dest} {value!r} is not one of {allowed}. Fix: pass one of them.")
 
 
 def parse_problem(err: Exception) -> str:
@@ -145,7 +161,8 @@ def _read_args_file(path: str, flag: str | None = None) -> dict:
 
 
 def _resolve_ds_config(values: dict) -> None:
-    """Fold `ds_config` into `deepspeed` (TrainingArguments' field), checking the file first."""
+    """Fold `ds_config` into `deepspeed` (TrainingArguments' field), checking the file first. `ds_config` itself
+    keeps the user's value (EngineArguments.ds_config)."""
     ds_config, deepspeed = values.get("ds_config"), values.get("deepspeed")
     if ds_config and deepspeed and os.path.abspath(ds_config) != os.path.abspath(str(deepspeed)):
         raise UserInputError(
@@ -167,6 +184,14 @@ def check_fsdp_config_file(path) -> None:
         return
     require_file("fsdp_config", path, "pass a file from fsdp_configs/.")
     _read_args_file(path, flag="fsdp_config")
+
+
+def resolve_engine_values(values: dict) -> None:
+    """The engine's files, from the parsed values (a flag's every spelling, a file's keys, overrides on top) before
+    TrainingArguments is built from them: `ds_config` folded into `deepspeed` and the DeepSpeed and FSDP files
+    checked. `parse_args` then reads the engine out of TrainingArguments once (`engine_of`)."""
+    _resolve_ds_config(values)
+    check_fsdp_config_file(values.get("fsdp_config"))
 
 
 def _option_value(argv: list[str], name: str) -> str | None:
@@ -194,17 +219,13 @@ def _parse_args_file(parser: HfArgumentParser, path: str, overrides: list[str]) 
     if not os.path.isfile(path):
         raise UserInputError(f"Arguments file {path!r} does not exist. Fix: pass an existing .json/.yaml file.")
     values = _read_args_file(path) or {}
-    for key in ("ds_config", "deepspeed"):
-        if (given := _option_value(overrides, f"--{key}")) is not None:
-            values[key] = given
-    if "-h" not in overrides and "--help" not in overrides:
-        _resolve_ds_config(values)
-        check_fsdp_config_file(_option_value(overrides, "--fsdp_config") or values.get("fsdp_config"))
     # Without an accelerator, accelerate only sets up a multi-process (gloo) world when told it runs on CPU.
     values.setdefault("use_cpu", not has_accelerator())
-    _refuse_unknown(parser, sorted(set(values) - {action.dest for action in parser._actions}), where=f"{path}: ")
-    if not overrides:
+    parser.refuse_unknown(sorted(set(values) - {action.dest for action in parser._actions}), where=f"{path}: ")
+    require_choices(values, parser, given_as_flags=overrides)
+    if not overrides:  # parse_dict: no parse_known_args, so its checks run here
         check_values(values)
+        resolve_engine_values(values)
         return _build(parser, "parse_dict", values)
     parser.set_defaults(**values)  # every action of a flag (a bool's --no_<flag> too) takes the file's value
     for action in parser._actions:
@@ -214,22 +235,17 @@ def _parse_args_file(parser: HfArgumentParser, path: str, overrides: list[str]) 
 
 def _parse_flags(parser: HfArgumentParser, argv: list[str]) -> tuple:
     *groups, remaining = _build(parser, "parse_args_into_dataclasses", argv, return_remaining_strings=True)
-    _refuse_unknown(parser, [arg for arg in remaining if arg.startswith("-")] or remaining)
+    parser.refuse_unknown(remaining)
     return tuple(groups)
 
 
 def _parse(argv: list[str], extra_classes: tuple = ()) -> tuple:
     """The dataclasses from argv or from one .json/.yaml file (plus overrides after it); `--ds_config` resolved into
-    `--deepspeed` first. `extra_classes`: a recipe's own groups, after the shared ones."""
+    `deepspeed` from the parsed values (`resolve_engine_values`). `extra_classes`: a recipe's own groups, after the
+    shared ones."""
     parser = _CheckingParser((*ALL_ARGUMENT_CLASSES, *extra_classes))
     if argv and _is_args_file(argv[0]):
         return _parse_args_file(parser, argv[0], argv[1:])
-    values = {"ds_config": _option_value(argv, "--ds_config"), "deepspeed": _option_value(argv, "--deepspeed")}
-    if "-h" not in argv and "--help" not in argv:
-        _resolve_ds_config(values)
-        check_fsdp_config_file(_option_value(argv, "--fsdp_config"))
-    if values.get("deepspeed") and "--deepspeed" not in argv:
-        argv += ["--deepspeed", values["deepspeed"]]
     if "--use_cpu" not in argv and not has_accelerator():
         argv += ["--use_cpu", "true"]  # as above: accelerate's CPU multi-process world
     return _parse_flags(parser, argv)
@@ -241,6 +257,7 @@ def parse_args(argv: list[str] | None = None, mae: bool = False) -> RecipeArgume
     `mae`: recipes/pretrain_mae.py's flags too (`MaeArguments`), and its refusals (`check_mae_run`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = RecipeArguments(*_parse(argv, (MaeArguments,) if mae else ()))
+    args.run_engine = engine_of(args.training)  # the one read of the engine: every later reader uses this object
     keep_hub_token_out_of_arguments(args.training)
     if mae:
         check_mae_run(args)

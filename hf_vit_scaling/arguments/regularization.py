@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.losses.soft_target import mixes_images
 from hf_vit_scaling.parallel.deepspeed_config import zero_stage
 from hf_vit_scaling.regularization.rand_augment import RAND_AUGMENT_EXAMPLE, parse_rand_augment
 
@@ -139,7 +140,7 @@ class RegularizationArguments:
 
     @property
     def mixes(self) -> bool:
-        return (self.mixup_alpha > 0 or self.cutmix_alpha > 0) and self.mixup_prob > 0
+        return mixes_images(self.mixup_alpha, self.cutmix_alpha, self.mixup_prob)
 
 
 def check_regularization(args: RegularizationArguments, ds_config: dict | None = None) -> None:

@@ -48,7 +48,10 @@ def loading_problems(info: dict) -> str | None:
 
 def from_pretrained_strictly(model_cls, path: str, error_cls, what: str, fix: str, **kwargs):
     """`model_cls.from_pretrained(path)`, every tensor or `error_cls` naming the keys: `from_pretrained` fills a
-    tensor missing from the checkpoint with random values and only warns."""
+    tensor missing from the checkpoint with random values and only warns. A tensor of another shape is reported too
+    (`ignore_mismatched_sizes=True` puts it in the loading info; without it transformers raises a bare RuntimeError
+    that points at a printed table) and refused the same way, so the model is never used."""
+    kwargs.setdefault("ignore_mismatched_sizes", True)
     model, info = model_cls.from_pretrained(path, output_loading_info=True, **kwargs)
     problem = loading_problems(info)
     if problem:

@@ -53,11 +53,10 @@ def offload_targets(config: dict[str, Any] | None) -> dict[str, str]:
     return targets
 
 
-def check_ds_config_against_flags(training_args) -> None:
+def check_ds_config_against_flags(mismatches) -> None:
     """A ds_config that hard-codes batch size, accumulation, clipping or lr differently from the flags: name every
-    key now (transformers would only raise once the Trainer is built, after data and model are loaded)."""
-    ds = getattr(training_args, "hf_deepspeed_config", None)
-    mismatches = [m.strip("- ").strip() for m in getattr(ds, "mismatches", [])]
+    key now (transformers would only raise once the Trainer is built, after data and model are loaded).
+    `mismatches`: the engine's `ds_config_mismatches` ("train_batch_size=8 vs hf ...")."""
     if mismatches:
         raise UserInputError(
             "--ds_config values conflict with the command-line flags: "

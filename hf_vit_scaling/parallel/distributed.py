@@ -11,6 +11,9 @@ import time
 import torch.distributed as dist
 from torch.distributed.elastic.utils.distributed import get_free_port
 
+# Rank 0 is answered by the logger (it asks first, and imports nothing from the package); offered here with the rest.
+from hf_vit_scaling.log import is_main_process as is_main_process
+
 LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 GLOO_WORKER_THREAD = "pt_gloo_runloop"  # the name torch gives ProcessGroupGloo's worker threads
 
@@ -30,13 +33,6 @@ def rank_and_world() -> tuple[int, int]:
     if is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
-
-
-def is_main_process() -> bool:
-    """Rank 0, asked the same way before and after the process group exists (launchers export RANK)."""
-    if is_initialized():
-        return dist.get_rank() == 0
-    return os.environ.get("RANK", "0") == "0"
 
 
 def global_batch_size(per_device: int, accumulation: int, world_size: int, sequence_parallel_size: int = 1) -> int:

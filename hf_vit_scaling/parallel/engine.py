@@ -6,6 +6,11 @@ One code path per engine, all through the Trainer:
 - FSDP2: the Trainer's own `--fsdp --fsdp_config fsdp_configs/fsdp2.json` (TrainingArguments.fsdp_plugin_args ->
   accelerate's FullyShardedDataParallelPlugin -> torch's `fully_shard` on every `ViTLayer` and the root).
 - the plain Trainer: one process, or DDP when several processes are launched.
+
+`engine_of` is the one place that reads the engine out of TrainingArguments; `parse_args` calls it once, and every
+later reader (the checks, the world's setup, the learning-rate scaling, the resume, the reports) uses that `Engine`.
+Its `ds_config` is the very dict the Trainer builds DeepSpeed from, so a value set there (the scaled lr, universal
+loading) reaches DeepSpeed.
 """
 
 from dataclasses import dataclass, field
@@ -24,6 +29,7 @@ class Engine:
     ds_config: dict[str, Any] | None = None  # the config TrainingArguments loaded, "auto" values filled
     ds_config_path: str | None = None
     fsdp_plugin_args: dict[str, Any] = field(default_factory=dict)  # TrainingArguments.fsdp_plugin_args
+    ds_config_mismatches: tuple[str, ...] = ()  # config values that contradict the flags (transformers' list)
 
     @property
     def zero_stage(self) -> int | None:
@@ -60,10 +66,13 @@ class Engine:
 
 
 def engine_of(training_args) -> Engine:
-    """The engine TrainingArguments select (parse_args already checked and loaded any DeepSpeed/FSDP config)."""
+    """The engine TrainingArguments select, read once (parse_args already checked and loaded any DeepSpeed/FSDP
+    config): the DeepSpeed dict the Trainer will use, not a copy."""
     if training_args.deepspeed:
         path = training_args.deepspeed if isinstance(training_args.deepspeed, str) else None
-        return Engine("deepspeed", training_args.hf_deepspeed_config.config, path)
+        hf_config = training_args.hf_deepspeed_config
+        mismatches = tuple(m.strip("- ").strip() for m in getattr(hf_config, "mismatches", []))
+        return Engine("deepspeed", hf_config.config, path, ds_config_mismatches=mismatches)
     if training_args.fsdp_plugin_args:
         return Engine("fsdp", fsdp_plugin_args=dict(training_args.fsdp_plugin_args))
     return Engine("trainer")

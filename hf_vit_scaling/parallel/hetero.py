@@ -13,6 +13,7 @@ and rank r takes the contiguous slice [offset_r, offset_r + b_r) of it, offset_r
 of the epoch is seen exactly once, by exactly one rank. The last, short global batch is split in the same proportions.
 """
 
+import math
 import time
 
 import torch
@@ -155,31 +156,57 @@ def calibrate_speeds(model: torch.nn.Module, sample_batch: dict, steps: int = 3)
     return [float(s) for s in gather_object(speed)]
 
 
+SLOW_RANKS_FIX = "Fix: write RANK:FACTOR pairs, e.g. '1:2.0' or '1:2.0,3:1.5' (rank >= 0, factor >= 1.0)."
+
+
 def parse_slow_ranks(spec: str | None) -> dict[int, float]:
-    """'1:2.0,3:1.5' -> {1: 2.0, 3: 1.5} (--simulate_slow_ranks)."""
+    """'1:2.0,3:1.5' -> {1: 2.0, 3: 1.5} (--simulate_slow_ranks): ranks >= 0, each once, finite factors >= 1.0 (a
+    nan factor passes every comparison and an inf one sleeps forever, so both are refused by name)."""
     if not spec:
         return {}
     slow = {}
     for item in spec.split(","):
         try:
-            rank, factor = item.split(":")
-            slow[int(rank)] = float(factor)
-        except ValueError as err:
+            rank_text, factor_text = item.split(":")
+            rank, factor = int(rank_text), float(factor_text)
+        except ValueError:
             raise UserInputError(
-                f"--simulate_slow_ranks {spec!r}: expected RANK:FACTOR pairs such as '1:2.0,3:1.5'."
-            ) from err
-        if slow[int(rank)] < 1.0:
-            raise UserInputError(f"--simulate_slow_ranks {spec!r}: a factor must be >= 1.0 (1.0 = normal speed).")
+                f"--simulate_slow_ranks {spec!r}: {item!r} is not RANK:FACTOR. {SLOW_RANKS_FIX}"
+            ) from None
+        if rank < 0 or rank in slow or not (math.isfinite(factor) and factor >= 1.0):
+            raise UserInputError(
+                f"--simulate_slow_ranks {spec!r}: {item!r} needs a rank >= 0 named once and a finite factor >= 1.0 "
+                f"(1.0 = normal speed). {SLOW_RANKS_FIX}"
+            )
+        slow[rank] = factor
     return slow
+
+
+BALANCE_MODES = ("off", "calibrate")
+
+
+def parse_balance_spec(spec: str) -> list[float] | None:
+    """--balance_batches' grammar, checked at parse time whatever the world size: 'off' or 'calibrate' (None), or
+    comma-separated positive finite shares ('1,3' -> [1.0, 3.0]); their count is checked against the world size by
+    `parse_shares` once it is known."""
+    if spec in BALANCE_MODES:
+        return None
+    try:
+        shares = [float(x) for x in str(spec).split(",")]
+    except ValueError:
+        shares = []
+    if not shares or not all(math.isfinite(s) and s > 0 for s in shares):
+        raise UserInputError(
+            f"--balance_batches {spec!r} is neither off, calibrate nor positive shares per rank. Fix: pass off, "
+            "calibrate, or one positive share per rank such as 1,3."
+        )
+    return shares
 
 
 def parse_shares(spec: str, world_size: int) -> list[float]:
     """'1,3' -> [1.0, 3.0] (one share per rank)."""
-    try:
-        shares = [float(x) for x in spec.split(",")]
-    except ValueError as err:
-        raise UserInputError(f"--balance_batches {spec!r}: expected 'off', 'calibrate' or shares like '1,3'.") from err
-    if len(shares) != world_size or any(s <= 0 for s in shares):
+    shares = parse_balance_spec(spec)
+    if shares is None or len(shares) != world_size:
         raise UserInputError(
             f"--balance_batches {spec!r}: give one positive share per rank ({world_size} ranks), e.g. '1,3'."
         )

@@ -37,7 +37,12 @@ from dataclasses import dataclass
 
 import torch
 
-from hf_vit_scaling.losses.soft_target import soft_target_cross_entropy, soft_targets
+from hf_vit_scaling.losses.soft_target import (
+    mixes_images,
+    produces_soft_targets,
+    soft_target_cross_entropy,
+    soft_targets,
+)
 from hf_vit_scaling.regularization.mixing import MixRecord, box_mask, mix_batch
 from hf_vit_scaling.regularization.rand_augment import RandAugment, RandAugmentSpec, parse_rand_augment
 
@@ -151,11 +156,12 @@ class BatchAugmenter:
 
     @property
     def mixes(self) -> bool:
-        return (self.mixup_alpha > 0 or self.cutmix_alpha > 0) and self.mixup_prob > 0
+        return mixes_images(self.mixup_alpha, self.cutmix_alpha, self.mixup_prob)
 
     @property
     def produces_soft_targets(self) -> bool:
-        return self.mixes or self.label_smoothing > 0
+        """`losses.soft_target.produces_soft_targets`: the answer the flag checks and the loss choice share."""
+        return produces_soft_targets(self.mixup_alpha, self.cutmix_alpha, self.mixup_prob, self.label_smoothing)
 
     @property
     def active(self) -> bool:

@@ -267,9 +267,11 @@ def needs_universal_checkpoint(folder: str | None, world_size: int, zero_stage: 
     return saved is not None and saved != world_size
 
 
-def prepare_world_size_change(folder: str, training_args, world_size: int, is_main: bool) -> str | None:
-    """Convert `folder` to a universal checkpoint (main process; the others wait) and make DeepSpeed load it.
-    Returns a message for the user."""
+def prepare_world_size_change(folder: str, ds_config: dict | None, world_size: int, is_main: bool) -> str | None:
+    """Convert `folder` to a universal checkpoint (main process; the others wait) and make DeepSpeed load it:
+    `ds_config`, the run's DeepSpeed dict (`Engine.ds_config`) the Trainer builds the engine from, gets universal
+    loading turned on (None: the caller sets it on a DeepSpeed engine already built). Returns a message for the
+    user."""
     import torch.distributed as dist
 
     from hf_vit_scaling.parallel.distributed import is_initialized
@@ -287,8 +289,8 @@ def prepare_world_size_change(folder: str, training_args, world_size: int, is_ma
         error = flag[0]
     if error:
         raise RuntimeError(error)
-    # TrainingArguments holds the loaded config; the Trainer builds the engine from it when train() starts.
-    training_args.hf_deepspeed_config.config.setdefault("checkpoint", {})["load_universal"] = True
+    if ds_config is not None:  # the Trainer builds the engine from this dict when train() starts
+        ds_config.setdefault("checkpoint", {})["load_universal"] = True
     return (
         f"{folder} was saved by {saved} process(es), this run has {world_size}: loading DeepSpeed's universal "
         "checkpoint (converted once, next to the original)"

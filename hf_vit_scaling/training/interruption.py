@@ -59,6 +59,23 @@ def parse_stop_signals(spec: str) -> tuple[signal.Signals, ...]:
     return tuple(dict.fromkeys(found))
 
 
+def check_one_stop_handler(enable_jit_checkpoint: bool) -> None:
+    """Refuse transformers' `--enable_jit_checkpoint`: one SIGTERM handler per process, ours (`--stop_signals`).
+
+    Its `JITCheckpointCallback` installs its own SIGTERM handler (replacing whichever was there), starts a 3 s timer
+    and then saves from inside whatever callback runs next, on each rank on its own: nothing makes the ranks save at
+    the same step, so under DDP or ZeRO one rank can enter the save's collectives while another trains on. Beside
+    `StopOnSignal` the two handlers would race for the same signal. `--stop_signals` (default SIGTERM,SIGUSR1) already
+    gives a preempted run its checkpoint, agreed between ranks, marked complete, with exit 75."""
+    if enable_jit_checkpoint:
+        raise UserInputError(
+            "--enable_jit_checkpoint is transformers' own SIGTERM checkpoint (a 3 s timer, no agreement between "
+            "ranks); this recipe stops on a signal with --stop_signals, every rank at the same step, checkpoint "
+            "marked complete, exit 75. Fix: drop --enable_jit_checkpoint (--stop_signals SIGTERM,SIGUSR1 is the "
+            "default)."
+        )
+
+
 class StopOnSignal(TrainerCallback):
     """Records the first of `signals` this process receives; at the end of each optimizer step the ranks agree,
     and if any received one, the Trainer saves a checkpoint at this step and stops (`stopped` then holds

@@ -27,7 +27,7 @@ from hf_vit_scaling.losses.distillation import DistillationLoss
 from hf_vit_scaling.models.flops import as_pair
 from hf_vit_scaling.models.presets import count_parameters
 from hf_vit_scaling.parallel.distributed import is_main_process
-from hf_vit_scaling.parallel.engine import Engine, engine_of, start_engine
+from hf_vit_scaling.parallel.engine import Engine, start_engine
 from hf_vit_scaling.parallel.hetero import SlowRankSimulator, balanced_rank_batches
 from hf_vit_scaling.parallel.sequence_parallel import setup_sequence_parallel
 from hf_vit_scaling.regularization.batch_augmenter import BatchAugmenter
@@ -83,8 +83,8 @@ def prepare_world(args) -> World:
     if args.distillation.distillation_token:  # DeiT's two-head forward takes no `labels`: the Trainer would find no
         training.label_names = ["labels"]  # label field in its signature and evaluate without labels (no accuracy)
     sp_size = args.engine.sequence_parallel_size
-    lr_info = apply_lr_scaling(training, args.lr.lr_scaling, args.lr.reference_batch_size, sp_size)
-    engine = engine_of(training)
+    engine = args.run_engine  # resolved once by parse_args
+    lr_info = apply_lr_scaling(training, args.lr.lr_scaling, args.lr.reference_batch_size, sp_size, engine.ds_config)
     start_engine(engine, training)
     sequence_parallel = setup_sequence_parallel(sp_size, engine.ds_config, training)
     resume_from = resume_checkpoint(training, engine)
@@ -100,7 +100,7 @@ def resume_checkpoint(training_args, engine: Engine) -> str | None:
         check_optimizer_state(folder, engine.kind, engine.zero_stage)
     world = training_args.world_size
     if needs_universal_checkpoint(folder, world, engine.zero_stage):
-        notes.append(prepare_world_size_change(folder, training_args, world, is_main_process()))
+        notes.append(prepare_world_size_change(folder, engine.ds_config, world, is_main_process()))
     for note in notes:
         logger.info(f"Resume: {note}")
     return folder

@@ -35,7 +35,6 @@ from transformers.utils import is_sagemaker_mp_enabled
 from hf_vit_scaling.errors import CheckpointSaveError, TrainingStopped, UserInputError
 from hf_vit_scaling.log import logger
 from hf_vit_scaling.models.weights import load_model_weights
-from hf_vit_scaling.parallel.deepspeed_config import zero_stage
 from hf_vit_scaling.parallel.distributed import is_multi_process
 from hf_vit_scaling.training.checkpoints import (
     mark_checkpoint_complete,
@@ -105,8 +104,8 @@ class UpstreamOverrides(Trainer):
         if is_multi_process():
             dist.barrier()  # every rank's files (ZeRO shards, RNG state) are on disk
         if self.args.should_save:
-            ds_config = self.args.hf_deepspeed_config.config if self.is_deepspeed_enabled else None
-            mark_checkpoint_complete(folder, self.state.global_step, self.args.world_size, zero_stage(ds_config))
+            stage = self.model_wrapped.zero_optimization_stage() if self.is_deepspeed_enabled else None
+            mark_checkpoint_complete(folder, self.state.global_step, self.args.world_size, stage)
             rotate_checkpoints(output_dir=run_dir, save_total_limit=limit,
                                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)  # fmt: skip
 
@@ -177,8 +176,8 @@ class UpstreamOverrides(Trainer):
         stage, world = self.model_wrapped.zero_optimization_stage(), self.args.world_size
         universal = needs_universal_checkpoint(folder, world, stage)
         if universal:
-            logger.info(prepare_world_size_change(folder, self.args, world, self.is_world_process_zero()))
-        self.model_wrapped._config.load_universal_checkpoint = universal
+            logger.info(prepare_world_size_change(folder, None, world, self.is_world_process_zero()))
+        self.model_wrapped._config.load_universal_checkpoint = universal  # the engine is built: set it there
 
     # ------------------------------------------------------------------ resume: what upstream leaves out
 

@@ -13,7 +13,6 @@ IDX format (LeCun et al.'s MNIST files): big-endian int32 magic (0x00000803 = 20
 for labels), then the dimensions (count, and rows x cols for images), then the uint8 values row by row.
 """
 
-import argparse
 import gzip
 import os
 import shutil
@@ -25,6 +24,7 @@ from datasets import Image as ImageFeature
 from PIL import Image
 
 from hf_vit_scaling.arguments.field_checks import require_writable_folder
+from hf_vit_scaling.arguments.parser import ScriptParser
 from hf_vit_scaling.errors import UserInputError
 
 DEBIAN_FOLDER = "/usr/share/datasets/fashion-mnist"
@@ -101,7 +101,7 @@ def load_split(source: str, prefix: str, expected: int | None) -> Dataset:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ScriptParser("recipes/fashion_mnist/prepare.py", __doc__)
     parser.add_argument("--output_dir", required=True, help="Folder to write (datasets' save_to_disk layout).")
     parser.add_argument(
         "--source", default=DEBIAN_FOLDER, help=f"Folder with the IDX files (default {DEBIAN_FOLDER})."
@@ -112,8 +112,8 @@ def main(argv=None) -> int:
         action="store_true",
         help="Accept split sizes other than 60,000 / 10,000 (for tests on small files).",
     )
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         if os.path.exists(args.output_dir) and not args.overwrite:
             raise UserInputError(f"--output_dir {args.output_dir} exists. Fix: pass --overwrite, or another folder.")
         require_writable_folder("output_dir", args.output_dir)

@@ -21,6 +21,7 @@ import torch
 from transformers import AutoImageProcessor, AutoModelForImageClassification
 
 from hf_vit_scaling.arguments.field_checks import require_in_range
+from hf_vit_scaling.arguments.parser import ScriptParser
 from hf_vit_scaling.data.decoding import decode_image
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.evaluation.classification_metrics import roc_auc, sensitivity_specificity, softmax
@@ -37,7 +38,7 @@ POSITIVE_LABEL = "yes"  # Br35H: tumour
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ScriptParser("recipes/medical_brain_mri/evaluate_model.py", __doc__)
     parser.add_argument("--model_dir", required=True, help="The recipe's --output_dir (model + image processor).")
     parser.add_argument("--data_dir", default="outputs/br35h", help="prepare.py's --output_dir.")
     parser.add_argument("--positive_label", default=POSITIVE_LABEL, help="The class that counts as positive.")

@@ -20,13 +20,15 @@ Step 2 is today's way; the table in this folder's README was recorded at commit 
 `train` subcommand (the same flags and loss), as the README says, and was not rerun with train_vit.py.
 """
 
-import argparse
 import json
 import os
 import sys
 from collections import defaultdict
 
 import numpy as np
+
+from hf_vit_scaling.arguments.parser import ScriptParser
+from hf_vit_scaling.errors import UserInputError
 
 
 def subsample(args) -> int:
@@ -78,14 +80,19 @@ def subsample(args) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ScriptParser("recipes/medical_brain_mri/imbalance_demo.py", __doc__)
     parser.add_argument("command", choices=["subsample"])
     parser.add_argument("--data_dir", default="outputs/br35h", help="prepare.py's --output_dir.")
     parser.add_argument("--output_dir", default="outputs/br35h-1to4")
     parser.add_argument("--minority_label", default="yes")
     parser.add_argument("--ratio", type=float, default=4.0, help="Majority images per minority image.")
     parser.add_argument("--seed", type=int, default=0)
-    return subsample(parser.parse_args())
+    try:
+        args = parser.parse_args()
+    except UserInputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return subsample(args)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import sys
 import zipfile
 
 from hf_vit_scaling.arguments.field_checks import require_in_range, require_writable_folder
+from hf_vit_scaling.arguments.parser import ScriptParser
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.medical.duplicates import DEFAULT_NEAR_DUPLICATE_THRESHOLD, find_duplicates
 from hf_vit_scaling.medical.splits import (
@@ -47,7 +48,7 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ScriptParser("recipes/medical_brain_mri/prepare.py", __doc__)
     parser.add_argument(
         "--output_dir", default="outputs/br35h", help="Where everything is written (default outputs/br35h)."
     )

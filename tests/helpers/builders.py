@@ -188,3 +188,29 @@ def save_tiny_pretrained_vit(path, num_labels=3):
     model = ViTForImageClassification(config)
     model.save_pretrained(path)
     return model
+
+
+WEIGHT_ALTERATIONS = ("missing", "unexpected", "wrong shape")
+
+
+def alter_saved_weights(folder, alteration: str) -> str:
+    """Alter the model.safetensors of a saved model in `folder` one way of WEIGHT_ALTERATIONS: drop its first 2-d
+    tensor ("missing"), add a copy of it under a name the model lacks ("unexpected"), or give it one more row
+    ("wrong shape"). Returns the checkpoint key concerned (the added one for "unexpected")."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    weights = Path(folder) / "model.safetensors"
+    tensors = load_file(weights)
+    key = next(name for name in sorted(tensors) if tensors[name].dim() == 2)
+    if alteration == "missing":
+        del tensors[key]
+    elif alteration == "unexpected":
+        key = "unexpected_extra." + key
+        tensors[key] = tensors[key.removeprefix("unexpected_extra.")].clone()
+    elif alteration == "wrong shape":
+        tensors[key] = torch.zeros(tensors[key].shape[0] + 1, *tensors[key].shape[1:])
+    else:
+        raise ValueError(f"unknown alteration {alteration!r}")
+    save_file(tensors, weights, metadata={"format": "pt"})
+    return key

@@ -428,3 +428,44 @@ def test_the_folder_scripts_refuse_bad_settings_before_any_step(tmp_path, case):
     assert all(text in line for text in expected) and "Fix:" in line, line
     assert "==" not in proc.stdout  # no step started ("== prepare", "== teacher")
     assert list(out.iterdir()) == []
+
+
+# Every script under recipes/ with a `__main__`, and the arguments it needs before an unknown flag can be the first
+# thing it refuses (a required flag missing is refused first).
+SCRIPT_REQUIRED_ARGS = {
+    "recipes/train_vit.py": [],
+    "recipes/pretrain_mae.py": [],
+    "recipes/train_vit_minimal.py": [],
+    "recipes/plan.py": [],
+    "recipes/scaling_study.py": ["--study", "batch", "--output_dir", "OUT"],
+    "recipes/prepare_shards.py": ["--output_dir", "OUT"],
+    "recipes/fashion_mnist/prepare.py": ["--output_dir", "OUT"],
+    "recipes/medical_brain_mri/prepare.py": ["--output_dir", "OUT"],
+    "recipes/medical_brain_mri/evaluate_model.py": ["--model_dir", "OUT"],
+    "recipes/medical_brain_mri/imbalance_demo.py": ["subsample"],
+}
+
+
+def test_every_recipe_script_is_covered_by_the_unknown_flag_test():
+    """Fails if a script is added under recipes/ without joining SCRIPT_REQUIRED_ARGS (its unknown flags untested)."""
+    scripts = {
+        str(path.relative_to(REPO))
+        for path in (REPO / "recipes").rglob("*.py")
+        if 'if __name__ == "__main__":' in path.read_text(encoding="utf-8")
+    }
+    assert scripts == set(SCRIPT_REQUIRED_ARGS)
+
+
+@pytest.mark.parametrize("script", list(SCRIPT_REQUIRED_ARGS))
+def test_every_script_refuses_an_unknown_flag_with_one_line(tmp_path, script):
+    """An unknown flag: exit 2, exactly one `error:` line naming it and the script's --help, no traceback, no usage
+    text, nothing written. Fails if a script parses with a bare HfArgumentParser (a ValueError traceback), a plain
+    argparse.ArgumentParser (usage text and `prog: error:`), or lets the flag through."""
+    out = tmp_path / "out"
+    argv = [str(out) if arg == "OUT" else arg for arg in SCRIPT_REQUIRED_ARGS[script]]
+    proc = run([sys.executable, script, *argv, "--no_such_flag", "1"], timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = error_lines(proc.stderr)
+    assert "--no_such_flag is not a flag" in line and f"python {script} --help" in line, line
+    assert "Traceback" not in proc.stderr and "usage:" not in proc.stderr, proc.stderr[-3000:]
+    assert not out.exists()

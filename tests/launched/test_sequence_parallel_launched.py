@@ -38,6 +38,7 @@ def test_recipe_refuses_sequence_parallel_without_deepspeed(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = error_lines(proc.stderr)
     assert len(errors) == 1 and "--sequence_parallel_size" in errors[0] and "--ds_config" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert not out.exists()
 
 

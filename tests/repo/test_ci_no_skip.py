@@ -1,4 +1,4 @@
-"""Under CI=true a skipped test fails (tests/ci_no_skip.py); elsewhere it stays a skip."""
+"""Under CI=true a skipped, xfailed or xpassed test fails (tests/ci_no_skip.py); elsewhere each stays what it is."""
 
 import os
 import subprocess
@@ -19,17 +19,52 @@ def test_plain():
     pass
 """
 
+AN_XFAILING_TEST = """
+import pytest
+
+@pytest.mark.xfail(reason="known upstream bug")
+def test_expected_to_fail():
+    assert False
+
+@pytest.mark.xfail(reason="fixed long ago")
+def test_passes_despite_its_xfail():
+    pass
+
+def test_plain():
+    pass
+"""
+
+
+def run_pytest(tmp_path, source: str, ci: str) -> subprocess.CompletedProcess:
+    (tmp_path / "test_example.py").write_text(source)
+    env = {**os.environ, "CI": ci, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "tests.ci_no_skip", "-p",
+                           "no:cacheprovider", str(tmp_path / "test_example.py")], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=120)  # fmt: skip
+
 
 # A skip decided at setup (skipif, as test_slurm.py's) becomes an error of that test, one at call time a failure:
 # either way the run exits non-zero.
 @pytest.mark.parametrize("ci, summary", [("true", "1 passed, 1 error"), ("", "1 passed, 1 skipped")])
 def test_a_skip_fails_only_under_ci(tmp_path, ci, summary):
-    (tmp_path / "test_skipping.py").write_text(A_SKIPPING_TEST)
-    env = {**os.environ, "CI": ci, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.ci_no_skip", "-p", "no:cacheprovider",
-                           str(tmp_path / "test_skipping.py")], capture_output=True, text=True, env=env, cwd=tmp_path,
-                          timeout=120)  # fmt: skip
+    proc = run_pytest(tmp_path, A_SKIPPING_TEST, ci)
     assert summary in proc.stdout, proc.stdout[-2000:]
     assert (proc.returncode != 0) == bool(ci), proc.stdout[-2000:]
     if ci:
         assert "skipped under CI=true, where every test must run: Slurm not installed" in proc.stdout
+
+
+@pytest.mark.parametrize("ci, summary", [("true", "2 failed, 1 passed"), ("", "1 passed, 1 xfailed, 1 xpassed")])
+def test_an_xfail_and_an_xpass_fail_only_under_ci(tmp_path, ci, summary):
+    """Fails if the plugin lets a report with `wasxfail` through (the xfail would pass CI in silence), or turns only
+    xfails, not xpasses, into failures."""
+    proc = run_pytest(tmp_path, AN_XFAILING_TEST, ci)
+    assert summary in proc.stdout, proc.stdout[-2000:]
+    assert (proc.returncode != 0) == bool(ci), proc.stdout[-2000:]
+    if ci:
+        assert "xfailed under CI=true, where every test must run and pass: xfail reason: known upstream bug" in (
+            proc.stdout
+        ), proc.stdout[-2000:]
+        assert "xpassed under CI=true, where every test must run and pass: xfail reason: fixed long ago" in (
+            proc.stdout
+        ), proc.stdout[-2000:]

@@ -4,12 +4,15 @@ and says how it was trained, read from the recipe's model_card.json (from scratc
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from hf_vit_scaling.models.presets import build_model_from_preset, image_processor_for, preset_config
+from tests.helpers.builders import alter_saved_weights
+from tests.helpers.launchers import error_lines, run
 from tests.repo.test_medical_prepare import load_prepare, saved_dataset
 
 EVALUATE = Path(__file__).resolve().parents[2] / "recipes" / "medical_brain_mri" / "evaluate_model.py"
@@ -80,15 +83,18 @@ def test_a_model_without_the_recipes_facts_is_not_called_from_scratch():
     )
 
 
-def test_a_model_short_of_a_tensor_is_refused_not_filled_at_random(tmp_path):
-    from safetensors.torch import load_file, save_file
-
-    from hf_vit_scaling.errors import UserInputError
-
+@pytest.mark.parametrize("alteration, words", [("missing", "1 missing"), ("unexpected", "1 unexpected"),
+                                               ("wrong shape", "1 of another shape")])  # fmt: skip
+def test_a_model_not_matching_its_weights_is_refused_by_the_script(tmp_path, alteration, words):
+    """The script as a process, on a tiny random-init ViT whose model.safetensors lost a tensor, gained one or holds
+    one of another shape: exit 2, one `error:` line naming --model_dir and the problem, no traceback. Fails if the
+    strict load skips the unexpected or the mismatched keys (the model would be evaluated, or transformers'
+    RuntimeError would end the script in a traceback)."""
     folder = saved_model(tmp_path / "model", "vit-tiny-cpu", None)
-    tensors = load_file(folder / "model.safetensors")
-    dropped = next(key for key in sorted(tensors) if "layer.1." in key)
-    del tensors[dropped]
-    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(UserInputError, match=r"--model_dir .* does not hold every tensor of its model: 1 missing"):
-        load_evaluate().load_model(str(folder))
+    alter_saved_weights(folder, alteration)
+    proc = run([sys.executable, EVALUATE, "--model_dir", folder, "--data_dir", tmp_path / "no_data"], timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = error_lines(proc.stderr)
+    assert "--model_dir" in line and "does not hold every tensor of its model" in line and words in line, line
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert not (folder / "medical_results.json").exists()

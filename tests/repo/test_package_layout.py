@@ -20,11 +20,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = "hf_vit_scaling"
 # Bottom to top (docs/layout.md): a module may import its own folder and any lower layer, never its own layer's other
-# folders or a higher layer. A dotted entry (`parallel.distributed`) places that module apart from its folder.
+# folders or a higher layer. A dotted entry (`folder.module`) would place that module apart from its folder.
 LAYERS = (
-    ("errors", "utils"),  # leaves
-    ("parallel.distributed",),  # rank helpers: the logger asks them who is the main process
-    ("log",),
+    ("utils",),  # a leaf
+    ("log",),  # imports nothing from the package: every module may log
+    ("errors",),  # the stops and their exit codes; `exit_code_for` logs its one line
     ("models", "parallel", "losses"),
     ("data", "regularization", "throughput"),
     ("evaluation",),
@@ -120,6 +120,76 @@ def layering_violations(graph: dict[str, set[str]], layers=LAYERS) -> list[str]:
     return sorted(found)
 
 
+# The objects of the top layers a lower module must not take, by duck typing as much as by import: the recipe's
+# parsed arguments (`arguments/`, layer 7) and the settled world (`training/`, layer 6). A module below layer 6 that
+# reads them depends on their shape, which the import graph cannot see; it takes the values it needs instead.
+RUN_OBJECTS = {"RecipeArguments": "args", "World": "world"}  # class -> the name recipes give it
+RUN_OBJECT_LAYER = 6
+# Modules that take them today, each with the reason; the test fails when one no longer does (remove it here).
+KNOWN_RUN_OBJECT_TAKERS = {
+    f"{PACKAGE}.data.input_pipeline": "being moved to values (issue 45 point 3)",
+    f"{PACKAGE}.data.streaming.load": "being moved to values (issue 45 point 3)",
+    f"{PACKAGE}.evaluation.card_facts": "being moved to values (issue 45 point 3)",
+}
+
+
+def run_object_fields(root: Path) -> dict[str, set[str]]:
+    """{class: its field names} of each class of RUN_OBJECTS, read from the package's source (the annotated names of
+    its class body), so a field added there is covered here too."""
+    fields = {}
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.name in RUN_OBJECTS:
+                names = {
+                    st.target.id for st in node.body if isinstance(st, ast.AnnAssign) and hasattr(st.target, "id")
+                }
+                fields.setdefault(node.name, set()).update(names)
+    return fields
+
+
+def _annotation_names(annotation) -> set[str]:
+    if annotation is None:
+        return set()
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):  # a string annotation
+        return set(re.findall(r"\w+", annotation.value))
+    return {n.id for n in ast.walk(annotation) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(annotation) if isinstance(n, ast.Attribute)
+    }
+
+
+def run_object_parameters(path: Path, fields: dict[str, set[str]]) -> list[str]:
+    """'function(parameter: Class)' for each parameter of a function in `path` that is one of RUN_OBJECTS: annotated
+    with its class, or used as it: named as recipes name it and read for one of its fields (`args.training`,
+    `world.engine`), or, under any name, read for two of its fields (`a.data`, `a.streaming`)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        params = [p for p in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)
+                  if p.arg not in ("self", "cls")]  # fmt: skip
+        read = {}  # parameter -> the attributes read from it in the function
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name):
+                read.setdefault(sub.value.id, set()).add(sub.attr)
+        for param in params:
+            for cls, usual_name in RUN_OBJECTS.items():
+                used = read.get(param.arg, set()) & fields.get(cls, set())
+                if cls in _annotation_names(param.annotation) or (param.arg == usual_name and used) or len(used) >= 2:
+                    found.append(f"{getattr(node, 'name', 'lambda')}({param.arg}: {cls})")
+    return sorted(set(found))
+
+
+def run_object_takers(root: Path, layers=LAYERS) -> dict[str, list[str]]:
+    """{module: its run-object parameters} for every module below RUN_OBJECT_LAYER that takes one."""
+    fields = run_object_fields(root)
+    takers = {}
+    for name, path in package_modules(root).items():
+        here = place(name, layers)
+        if here is not None and here[0] < RUN_OBJECT_LAYER and (params := run_object_parameters(path, fields)):
+            takers[name] = params
+    return takers
+
+
 def write_package(root: Path, files: dict[str, str]) -> Path:
     for relative, text in files.items():
         path = root / relative
@@ -139,6 +209,16 @@ def test_no_import_cycle_deferred_imports_included():
 def test_no_import_against_the_layers_deferred_imports_included():
     violations = layering_violations(import_graph(REPO / PACKAGE))
     assert violations == [], "imports against the layers of docs/layout.md: " + "; ".join(violations)
+
+
+def test_no_module_below_training_takes_the_parsed_arguments_or_the_world():
+    """The layers hold for what a module takes as well as what it imports: below `training/` (layer 6) no function
+    takes the recipe's parsed `args` (RecipeArguments) or its `World`, except the known ones listed with a reason."""
+    takers = run_object_takers(REPO / PACKAGE)
+    unknown = {module: params for module, params in takers.items() if module not in KNOWN_RUN_OBJECT_TAKERS}
+    assert unknown == {}, f"below layer {RUN_OBJECT_LAYER}, taking the recipe's args/World (pass values): {unknown}"
+    stale = sorted(set(KNOWN_RUN_OBJECT_TAKERS) - set(takers))
+    assert stale == [], f"no longer take args/World: remove them from KNOWN_RUN_OBJECT_TAKERS: {stale}"
 
 
 def test_the_layers_of_the_test_are_the_layers_of_the_docs():
@@ -217,3 +297,30 @@ def test_both_import_forms_make_an_edge(tmp_path, source):
     root = write_package(tmp_path / "pkg", {"__init__.py": "", "training/__init__.py": "", "training/run.py": "",
                                             "other.py": source})  # fmt: skip
     assert import_graph(root)["pkg.other"] == {"pkg.training.run"}
+
+
+def test_a_lower_module_taking_args_or_world_is_found(tmp_path):
+    """Each module here takes the run's objects without importing them. Fails if the check sees only imports, or
+    drops one of its rules (the annotation, the usual name, any name read for two fields)."""
+    root = write_package(tmp_path / "pkg", {
+        "__init__.py": "",
+        "arguments/__init__.py": "",
+        "arguments/parse.py": "class RecipeArguments:\n    data: object\n    training: object\n"
+                              "    streaming: object\n",
+        "training/__init__.py": "",
+        "training/run.py": "class World:\n    engine: object\n    resume_from: str\n"
+                           "def prepare(args, world):\n    return args.training, world.engine\n",
+        "data/__init__.py": "",
+        "data/load.py": "def load(args):\n    return args.data.name\n",  # by its usual name
+        "data/stream.py": "def stream(a, n: int):\n    return a.streaming, a.training, n\n",  # two fields, any name
+        "data/hook.py": "def pre_hook(module, args, kwargs):\n    return args[0]\n",  # torch's hook args: a tuple
+        "evaluation/__init__.py": "",
+        "evaluation/card.py": "def card(w: 'World'):\n    return w\n",  # annotated
+        "regularization/__init__.py": "",
+        "regularization/aug.py": "def from_arguments(cls, args):\n    return args.mixup_alpha\n",  # a group, not args
+    })  # fmt: skip
+    assert run_object_takers(root) == {
+        "pkg.data.load": ["load(args: RecipeArguments)"],
+        "pkg.data.stream": ["stream(a: RecipeArguments)"],
+        "pkg.evaluation.card": ["card(w: World)"],
+    }

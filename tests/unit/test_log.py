@@ -1,10 +1,10 @@
 """One `error:` line per failure, from the right ranks, and the recipe's exit codes."""
 
 import pytest
+import torch.distributed
 
-from hf_vit_scaling.errors import CheckpointSaveError, NonFiniteLossError, UserInputError
-from hf_vit_scaling.log import exit_code_for, logger, setup_logging
-from hf_vit_scaling.parallel import distributed
+from hf_vit_scaling.errors import CheckpointSaveError, NonFiniteLossError, UserInputError, exit_code_for
+from hf_vit_scaling.log import logger, setup_logging
 from tests.helpers.launchers import error_lines
 
 
@@ -12,7 +12,7 @@ from tests.helpers.launchers import error_lines
 def rank_from_the_environment(monkeypatch):
     """The rank comes from RANK, as before a process group exists: an in-process test elsewhere may have left a
     one-process group behind, which would make every rank 0 here."""
-    monkeypatch.setattr(distributed, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
 
 
 @pytest.mark.parametrize(

@@ -106,3 +106,25 @@ def test_output_dir_must_be_a_folder_or_a_path_where_one_can_be_made(tmp_path):
     assert parse_args(["--output_dir", str(tmp_path / "new" / "run")]).training.output_dir.endswith("new/run")
     assert not (tmp_path / "new").exists()  # checked, not made: a later refusal leaves nothing behind
     assert parse_args(["--output_dir", str(tmp_path)]).training.output_dir == str(tmp_path)
+
+
+def test_class_weighting_trains_when_mixup_never_mixes(tmp_path):
+    """`--mixup_prob 0` mixes no batch, so the targets stay hard and class weights apply; with a nonzero
+    probability the same flags are refused. Fails if the check decides soft targets from the alphas alone (it once
+    ignored --mixup_prob)."""
+    base = ["--output_dir", str(tmp_path), "--class_weighting", "balanced", "--mixup_alpha", "0.8"]
+    args = parse_args([*base, "--mixup_prob", "0"])
+    assert args.data.class_weighting == "balanced" and args.regularization.mixup_alpha == 0.8
+    with pytest.raises(UserInputError, match="--class_weighting cannot be combined"):
+        parse_args([*base, "--mixup_prob", "0.5"])
+
+
+def test_transformers_jit_checkpoint_is_refused_naming_stop_signals(tmp_path):
+    """One SIGTERM handler per process: transformers' --enable_jit_checkpoint is refused with one line naming
+    --stop_signals, whatever --stop_signals says. Fails if the refusal is removed (both handlers would be
+    installed)."""
+    for extra in ([], ["--stop_signals", "none"]):
+        with pytest.raises(UserInputError) as refused:
+            parse_args(["--output_dir", str(tmp_path), "--enable_jit_checkpoint", "true", *extra])
+        message = str(refused.value)
+        assert "--enable_jit_checkpoint" in message and "--stop_signals" in message and "\n" not in message

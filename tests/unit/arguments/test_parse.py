@@ -146,3 +146,74 @@ def test_unknown_flags_and_training_arguments_own_refusals_are_one_line(tmp_path
     assert "learning_rat is not a flag" in refusal([str(args_file)])  # without flags after the file too
     message = refusal([*out, "--logging_steps", "2.5"])  # TrainingArguments' own ValueError
     assert message.startswith("--logging_steps must be an integer") and "Fix:" in message, message
+
+
+@pytest.mark.parametrize("spelling", ["--ds_config", "--ds-config", "--ds_config="])
+def test_ds_config_lands_in_its_field_and_the_engine_is_resolved_once(tmp_path, spelling):
+    """Every spelling of the flag argparse accepts reaches the field and TrainingArguments.deepspeed, and the
+    engine read at parse time holds the very dict the Trainer builds DeepSpeed from. Fails if the value is found by
+    scanning argv for one spelling (`--ds-config` was parsed and then ignored: a plain-Trainer run) or if the
+    engine holds a copy."""
+    path = "ds_configs/zero2.json"
+    flag = [spelling + path] if spelling.endswith("=") else [spelling, path]
+    args = parse_args(["--output_dir", str(tmp_path), *flag])
+    assert args.engine.ds_config == path == args.training.deepspeed
+    assert args.run_engine.kind == "deepspeed" and args.run_engine.zero_stage == 2
+    assert args.run_engine.ds_config is args.training.hf_deepspeed_config.config
+
+
+def test_ds_config_from_a_file_and_the_flags_after_it(tmp_path):
+    """A file's ds_config is resolved like the flag; a --ds_config after the file wins. Fails if the file's key is
+    left unresolved (the run would train without DeepSpeed)."""
+    args_file = tmp_path / "args.yaml"
+    args_file.write_text(f"output_dir: {tmp_path / 'out'}\nds_config: ds_configs/zero2.json\n")
+    assert parse_args([str(args_file)]).run_engine.zero_stage == 2
+    assert parse_args([str(args_file), "--ds_config", "ds_configs/zero1.json"]).run_engine.zero_stage == 1
+    assert parse_args(["--output_dir", str(tmp_path)]).run_engine.kind == "trainer"
+
+
+@pytest.mark.parametrize(
+    "value, accepted",
+    [("off", True), ("calibrate", True), ("1,2", True), ("0.5,1.5,3", True), ("sometimes", False),
+     ("1,x", False), ("1,0", False), ("1,-2", False), ("1,nan", False), ("", False)],
+)  # fmt: skip
+def test_balance_batches_is_checked_against_its_grammar_at_parse_time(tmp_path, value, accepted):
+    """One process ignores the shares, so nothing later would notice a bad value. Fails if ClusterArguments stops
+    checking --balance_batches' grammar (off, calibrate or positive shares) when it is built."""
+    argv = ["--output_dir", str(tmp_path), "--balance_batches", value]
+    if accepted:
+        assert parse_args(argv).cluster.balance_batches == value
+    else:
+        message = refusal(argv)
+        assert message.startswith(f"--balance_batches {value!r} is neither off, calibrate nor positive shares")
+        assert "Fix: pass off, calibrate, or one positive share per rank" in message, message
+
+
+@pytest.mark.parametrize("flag, value", [("on_bad_image", "sometimes"), ("lr_scaling", "cubic"),
+                                         ("model_preset", "vit-huge-99"), ("input_path", "gpu")])  # fmt: skip
+@pytest.mark.parametrize("overridden", [False, True])
+def test_a_files_value_outside_a_flags_choices_is_refused(tmp_path, flag, value, overridden):
+    """A file's values become the parser's defaults, which argparse never checks against choices. Fails if
+    `require_choices` is dropped from the file path (the value would be accepted and reach the run)."""
+    args_file = tmp_path / "args.yaml"
+    args_file.write_text(f"output_dir: {tmp_path / 'out'}\n{flag}: {value}\n")
+    message = refusal([str(args_file), *(["--seed", "3"] if overridden else [])])
+    assert message.startswith(f"--{flag} {value!r} is not one of") and "Fix:" in message, message
+
+
+def test_a_flag_given_again_after_the_file_replaces_the_files_bad_choice(tmp_path):
+    """The flag after the file wins, and argparse checks that one: the file's unused value is not refused."""
+    args_file = tmp_path / "args.yaml"
+    args_file.write_text(f"output_dir: {tmp_path / 'out'}\non_bad_image: sometimes\n")
+    assert parse_args([str(args_file), "--on_bad_image", "fail"]).data.on_bad_image == "fail"
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [(["--on_bad_image", "sometimes"], ["argument --on_bad_image", "invalid choice: 'sometimes'", "Fix:", "--help"]),
+     (["--max_steps", "two"], ["argument --max_steps", "invalid int value: 'two'", "Fix:"])],
+)  # fmt: skip
+def test_argparses_own_refusals_are_one_line_user_input_errors(tmp_path, argv, words):
+    """Fails if the recipe's parser lets argparse print usage and exit (SystemExit, not a UserInputError)."""
+    message = refusal(["--output_dir", str(tmp_path), *argv])
+    assert all(word in message for word in words), message

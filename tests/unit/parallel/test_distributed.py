@@ -1,6 +1,7 @@
 """The process world without a process group (multi-process behaviour is exercised by tests/launched/)."""
 
 import pytest
+import torch.distributed
 
 from hf_vit_scaling.parallel.distributed import (
     ensure_single_process_env,
@@ -24,6 +25,9 @@ def test_without_a_process_group_this_is_rank_0_of_1():
 
 @pytest.mark.parametrize(("rank", "main"), [(None, True), ("0", True), ("1", False)])
 def test_main_process_from_the_launcher_environment(monkeypatch, rank, main):
+    # Before a process group exists (an in-process test elsewhere, e.g. one building TrainingArguments with a
+    # ds_config, may have left a one-process group behind, which would make every rank 0 here).
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
     if rank is None:
         monkeypatch.delenv("RANK", raising=False)
     else:

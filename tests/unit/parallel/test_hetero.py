@@ -7,7 +7,14 @@ from collections import Counter
 import pytest
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.parallel.hetero import UnevenBatchSampler, loss_weight, parse_shares, parse_slow_ranks, split_batch
+from hf_vit_scaling.parallel.hetero import (
+    UnevenBatchSampler,
+    loss_weight,
+    parse_balance_spec,
+    parse_shares,
+    parse_slow_ranks,
+    split_batch,
+)
 
 
 def test_split_batch_is_proportional_and_exact():
@@ -59,3 +66,19 @@ def test_parse_shares():
 def test_parse_slow_ranks():
     assert parse_slow_ranks("1:2.0,3:1.5") == {1: 2.0, 3: 1.5}
     assert parse_slow_ranks(None) == {}
+
+
+@pytest.mark.parametrize("spec", ["1:nan", "1:inf", "1:0.5", "-1:2.0", "1:2.0,1:3.0", "1", "a:2"])
+def test_parse_slow_ranks_refuses_what_no_run_can_simulate(spec):
+    """nan passes every comparison and inf sleeps forever. Fails if the factor's finiteness, the rank's sign or a
+    repeated rank goes unchecked."""
+    with pytest.raises(UserInputError, match=r"--simulate_slow_ranks .*Fix: write RANK:FACTOR pairs"):
+        parse_slow_ranks(spec)
+
+
+def test_parse_balance_spec_takes_its_grammar_without_the_world_size():
+    assert parse_balance_spec("off") is None and parse_balance_spec("calibrate") is None
+    assert parse_balance_spec("1,3") == [1.0, 3.0]
+    for spec in ("sometimes", "1,0", "1,inf", "1,,2"):
+        with pytest.raises(UserInputError, match="is neither off, calibrate nor positive shares"):
+            parse_balance_spec(spec)

@@ -27,9 +27,22 @@ SAVED_KEY, MODEL_KEY = "vit.encoder.layer.1.output.dense.weight", "vit.layers.1.
 
 
 def tiny_model(seed: int) -> ViTForImageClassification:
-    """The architecture of `save_tiny_pretrained_vit` (2 layers, width 32), with other random weights."""
+    """The architecture of `save_tiny_pretrained_vit` (2 layers, width 32), with other random weights: every tensor
+    drawn from the seed, biases and LayerNorm parameters too (at init those are 0 and 1 in every model, so a load
+    that skipped them would still pass a comparison between two models)."""
     torch.manual_seed(seed)
-    return ViTForImageClassification(tiny_vit_config(image_size=16, hidden_size=32, num_hidden_layers=2))
+    model = ViTForImageClassification(tiny_vit_config(image_size=16, hidden_size=32, num_hidden_layers=2))
+    with torch.no_grad():
+        for tensor in model.state_dict().values():
+            if tensor.is_floating_point():
+                tensor.add_(0.1 * torch.randn_like(tensor))
+    return model
+
+
+def assert_every_tensor_differs(model: torch.nn.Module, reference: torch.nn.Module) -> None:
+    """Before a load: no tensor of `model` equals `reference`'s, so "nothing differs" after it means every one was
+    loaded."""
+    assert sorted(differing(model, reference)) == sorted(reference.state_dict())
 
 
 def differing(model: torch.nn.Module, reference: torch.nn.Module) -> list[str]:
@@ -104,7 +117,7 @@ def test_a_checkpoint_saved_in_the_models_own_format_loads_too(saved, tmp_path):
 def test_resume_restores_every_tensor_of_a_save_pretrained_checkpoint(saved, make_trainer):
     folder, original = saved
     trainer = make_trainer()
-    assert MODEL_KEY in differing(trainer.model, original)  # other random weights before
+    assert_every_tensor_differs(trainer.model, original)
     trainer._load_from_checkpoint(str(folder))
     assert differing(trainer.model, original) == []
 
@@ -113,6 +126,7 @@ def test_resume_restores_every_tensor_of_a_checkpoint_the_trainer_saved(make_tra
     saver = make_trainer(seed=5)
     saver.save_model(str(tmp_path / "saved_by_trainer"))  # the Trainer's own save (what every checkpoint holds)
     trainer = make_trainer(seed=6)
+    assert_every_tensor_differs(trainer.model, saver.model)
     trainer._load_from_checkpoint(str(tmp_path / "saved_by_trainer"))
     assert differing(trainer.model, saver.model) == []
 
@@ -128,6 +142,7 @@ def test_train_resuming_goes_through_the_strict_load(make_trainer, tmp_path):
     folder = tmp_path / "out" / "checkpoint-2"
     assert SAVED_KEY in load_file(folder / "model.safetensors")
     resumer = make_trainer(seed=6)
+    assert_every_tensor_differs(resumer.model, saver.model)
     resumer.args.max_steps, resumer.args.per_device_train_batch_size = 2, 4
     resumer.train_dataset = data
     resumer.train(resume_from_checkpoint=str(folder))
@@ -135,8 +150,10 @@ def test_train_resuming_goes_through_the_strict_load(make_trainer, tmp_path):
 
 
 def test_load_best_model_restores_every_tensor(saved, make_trainer):
+    """Fails if the best-model load skips any tensor (every one differs before it, biases and LayerNorm included)."""
     folder, original = saved
     trainer = make_trainer()
+    assert_every_tensor_differs(trainer.model, original)
     trainer.state.best_model_checkpoint, trainer.state.best_metric = str(folder), 0.5
     trainer._load_best_model()
     assert differing(trainer.model, original) == []

@@ -11,6 +11,7 @@ from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.losses.distillation import DEFAULT_ALPHA, DistillationLoss, distillation_loss
 from hf_vit_scaling.regularization.batch_augmenter import BatchAugmenter
 from hf_vit_scaling.training.distillation import Teacher, load_teacher_model
+from tests.helpers.builders import alter_saved_weights
 
 # 2 images, 3 classes
 STUDENT = torch.tensor([[2.0, 0.5, -1.0], [0.0, 1.0, 0.2]])
@@ -149,16 +150,15 @@ def test_missing_or_unreadable_teacher_is_one_error_naming_the_flag(tmp_path):
     assert "\n" not in str(err.value)
 
 
-def test_a_teacher_short_of_a_tensor_is_refused_not_filled_at_random(tmp_path):
-    """`from_pretrained` fills a tensor missing from the checkpoint with random values and only warns."""
-    from safetensors.torch import load_file, save_file
-
+@pytest.mark.parametrize("alteration, words", [("missing", "1 missing"), ("unexpected", "1 unexpected"),
+                                               ("wrong shape", "1 of another shape")])  # fmt: skip
+def test_a_teacher_not_matching_its_model_tensor_for_tensor_is_refused(tmp_path, alteration, words):
+    """`from_pretrained` fills a missing tensor at random, drops an unexpected one and (without
+    ignore_mismatched_sizes) raises a bare RuntimeError on one of another shape. Fails if the strict load skips the
+    unexpected or the mismatched keys, or lets transformers' RuntimeError through as "could not be read"."""
     tiny_resnet().save_pretrained(tmp_path / "teacher")
-    weights = tmp_path / "teacher" / "model.safetensors"
-    tensors = load_file(weights)
-    dropped = sorted(tensors)[0]
-    del tensors[dropped]
-    save_file(tensors, weights, metadata={"format": "pt"})
-    with pytest.raises(UserInputError, match=r"--teacher_model .* does not hold every tensor .*1 missing") as err:
+    alter_saved_weights(tmp_path / "teacher", alteration)
+    with pytest.raises(UserInputError, match=r"--teacher_model .* does not hold every tensor of its model") as err:
         load_teacher_model(str(tmp_path / "teacher"))
-    assert dropped in str(err.value) and "could not be read" not in str(err.value)
+    assert words in str(err.value) and "could not be read" not in str(err.value), str(err.value)
+    assert "\n" not in str(err.value)

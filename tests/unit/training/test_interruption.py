@@ -10,8 +10,7 @@ import pytest
 import torch
 from transformers import TrainerCallback, TrainingArguments
 
-from hf_vit_scaling.errors import INTERRUPTED_EXIT_CODE, TrainingInterrupted, UserInputError
-from hf_vit_scaling.log import exit_code_for
+from hf_vit_scaling.errors import INTERRUPTED_EXIT_CODE, TrainingInterrupted, UserInputError, exit_code_for
 from hf_vit_scaling.training.checkpoints import checkpoint_problem
 from hf_vit_scaling.training.faults import FAULTS_ENV
 from hf_vit_scaling.training.interruption import INTERRUPTED_FILE, parse_stop_signals

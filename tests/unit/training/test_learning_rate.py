@@ -53,7 +53,7 @@ def test_sequence_parallel_ranks_share_their_images():
 def test_deepspeed_optimizer_and_scheduler_get_the_scaled_lr():
     """Offload configs carry an optimizer block whose "auto" lr TrainingArguments already filled."""
     config = {"optimizer": {"params": {"lr": 1e-4}}, "scheduler": {"params": {"warmup_max_lr": 1e-4}}}
-    args = _training_args(hf_deepspeed_config=SimpleNamespace(config=config))
-    apply_lr_scaling(args, "linear", reference_batch=64)
+    args = _training_args()
+    apply_lr_scaling(args, "linear", reference_batch=64, ds_config=config)
     assert config["optimizer"]["params"]["lr"] == args.learning_rate == pytest.approx(8e-4)
     assert config["scheduler"]["params"]["warmup_max_lr"] == args.learning_rate

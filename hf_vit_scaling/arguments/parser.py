@@ -1,0 +1,67 @@
+"""The parsers every script under recipes/ builds its command line with: argparse's own refusals (an unknown flag, a
+value outside a flag's choices, a missing required flag, a value of the wrong type) become one `error: ... Fix: ...`
+line and exit 2 (a UserInputError, which each script turns into that line), never usage text, argparse's
+`prog: error:` or HfArgumentParser's ValueError traceback.
+
+A light module (argparse and transformers' HfArgumentParser only): the small scripts import it without the recipe's
+argument groups.
+"""
+
+import argparse
+
+from transformers import HfArgumentParser
+
+from hf_vit_scaling.errors import UserInputError
+
+
+def unknown_flags_message(given: list[str], help_hint: str, where: str = "", what: str = "script") -> str:
+    """One line naming the unknown flags `given` (their values left out when flags are among them)."""
+    unknown = [arg for arg in given if arg.startswith("-")] or given
+    one = len(unknown) == 1
+    return (
+        f"{where}{', '.join(unknown)} {'is not a flag' if one else 'are not flags'} of this {what}. Fix: remove or "
+        f"rename {'it' if one else 'them'} ({help_hint})."
+    )
+
+
+class OneLineErrors:
+    """A parser mixin: argparse's refusals and leftover (unknown) arguments raise a UserInputError on one line."""
+
+    what = "script"  # the message's noun: "--x is not a flag of this script"
+
+    def help_hint(self) -> str:
+        """Where the flags are listed, for the Fix: part of a message."""
+        return f"python {self.prog} --help lists every flag"
+
+    def error(self, message: str):
+        """argparse calls this for every refusal of its own (it would print usage and exit 2)."""
+        raise UserInputError(f"{' '.join(message.split())}. Fix: correct that flag ({self.help_hint()}).")
+
+    def refuse_unknown(self, remaining: list[str], where: str = "") -> None:
+        """One error naming the arguments no flag took, if any."""
+        if remaining:
+            raise UserInputError(unknown_flags_message(remaining, self.help_hint(), where, self.what))
+
+    def parse_args(self, args=None, namespace=None):
+        namespace, remaining = self.parse_known_args(args, namespace)
+        self.refuse_unknown(remaining)
+        return namespace
+
+
+class ScriptParser(OneLineErrors, argparse.ArgumentParser):
+    """`argparse.ArgumentParser` with one-line refusals; `prog` should be the script's path from the repository root
+    (recipes/prepare_shards.py), so the Fix: names the command that lists its flags."""
+
+    def __init__(self, prog: str, description: str | None = None, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(prog=prog, description=description, **kwargs)
+
+
+class DataclassParser(OneLineErrors, HfArgumentParser):
+    """`HfArgumentParser` with one-line refusals: `parse_flags` returns the dataclasses, and an unknown flag is one
+    error naming it (HfArgumentParser raises a bare ValueError listing every leftover string)."""
+
+    def parse_flags(self, argv: list[str] | None = None) -> tuple:
+        *groups, remaining = self.parse_args_into_dataclasses(argv, return_remaining_strings=True)
+        self.refuse_unknown(remaining)
+        return tuple(groups)
