@@ -94,6 +94,40 @@ class StudyArguments:
                 f"--weak_fraction_per_process must be in (0, 1], got {self.weak_fraction_per_process}. "
                 "Fix: e.g. 0.1 (the study's share per process)."
             )
+        for flag in ("processes", "batch_sizes", "accumulation_steps"):
+            check_positive_int_list(flag, getattr(self, flag))
+        check_engine_names(self.ds_configs)
+        for spec in self.simulate_slow_ranks.split(";"):
+            if spec.strip() not in ("", "none"):
+                from hf_vit_scaling.parallel.hetero import parse_slow_ranks  # torch: only when a cell is slowed
+
+                parse_slow_ranks(spec.strip())
+
+
+def check_positive_int_list(flag: str, text: str) -> None:
+    """`--flag` is comma-separated whole numbers >= 1 ('1,2,4'): each is a cell of the grid, checked before any run
+    starts (a bad one would otherwise be a traceback, or a cell launched with batch 0)."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items or not all(item.isdigit() and int(item) >= 1 for item in items):
+        raise UserInputError(f"--{flag} {text!r} is not comma-separated whole numbers >= 1. Fix: e.g. --{flag} 1,2,4.")
+
+
+def engine_names() -> list[str]:
+    """The names --ds_configs takes: the configs in ds_configs/ and fsdp_configs/, and none (the plain Trainer)."""
+    folders = (RECIPE.parents[1] / "ds_configs", RECIPE.parents[1] / "fsdp_configs")
+    return ["none", *sorted(path.stem for folder in folders for path in folder.glob("*.json"))]
+
+
+def check_engine_names(text: str) -> None:
+    """Each comma-separated name of --ds_configs is a config of ds_configs/ or fsdp_configs/, or none: an unknown one
+    would fail every cell it is part of, after the cells before it ran."""
+    known = engine_names()
+    unknown = [name for name in text.split(",") if name and name not in known]
+    if unknown or not text.strip(","):
+        raise UserInputError(
+            f"--ds_configs {text!r}: {', '.join(unknown) or 'no name'} is not an engine. Fix: use names from "
+            f"{', '.join(known)}."
+        )
 
 
 def _ints(text: str) -> list[int]:

@@ -163,3 +163,22 @@ def test_a_value_listed_twice_is_refused_not_run_twice(option, value):
     message = rf"^error: --{option} {re.escape(value)} lists \S+ more than once\. Fix: list each value once\.$"
     with pytest.raises(SystemExit, match=message):
         build_grid(args)
+
+
+@pytest.mark.parametrize(
+    "option, value, words",
+    [("processes", "1,x", "is not comma-separated whole numbers >= 1"),
+     ("batch_sizes", "0,16", "is not comma-separated whole numbers >= 1"),
+     ("accumulation_steps", "", "is not comma-separated whole numbers >= 1"),
+     ("ds_configs", "zero2,zero9", "zero9 is not an engine"),
+     ("simulate_slow_ranks", "none;1:x", "'1:x' is not RANK:FACTOR")],
+)  # fmt: skip
+def test_the_grid_flags_are_checked_before_any_cell_runs(tmp_path, option, value, words):
+    """Fails if StudyArguments stops checking a grid flag's grammar (a bad cell would crash the grid with a
+    traceback, or launch runs that fail one by one)."""
+    from hf_vit_scaling.errors import UserInputError
+    from hf_vit_scaling.planning.study_runner import StudyArguments
+
+    with pytest.raises(UserInputError, match=re.escape(words)) as caught:
+        StudyArguments(study="batch", output_dir=str(tmp_path), **{option: value})
+    assert "Fix:" in str(caught.value)
