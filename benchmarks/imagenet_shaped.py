@@ -9,7 +9,8 @@ typical 500 x 375, content that compresses like photos: smooth colour gradients,
 about 90 KB each) as an image folder, and prepares them as uint8 shards at 256 px (recipes/prepare_shards.py's
 code, 1 process). One process, `torch.set_num_threads(1)`: figures are per core.
 Method: what a DataLoader worker does per batch of 64, through the recipe's own loaders and transforms
-(`load_image_classification_data`, the split's `__getitems__` with the input path's transform, its collate), over
+(`load_image_classification_data`, the split's `__getitems__` with the input path's transform and each row's host
+draws from its own stream as in the recipe (`with_sample_index(..., seed=0)`), its collate), over
 the same shuffled training rows for every path, after one warm-up batch per path:
 - (a) per_sample: full decode, random resized crop, antialiased bilinear resize to 224 and flip in float32, normalise;
   float32 (64, 3, 224, 224);
@@ -23,7 +24,9 @@ the machine do not count as ours; wall-clock rates are reported beside them. The
 times; each path's figure is the median of its rounds, each ratio the median of the per-round ratios. Files are in
 the page cache (written just before; dropping it needs root): the read bandwidth each path would need from disk
 at its rate is reported instead. Draft: plain decode against `Image.draft` at 1/2 and 1/4 on the same JPEGs, and
-how often (b) decoded at reduced size. The JSON result goes to `--output_dir`/imagenet_shaped.json.
+how often (b) decoded at reduced size. Host draws: what a row's own randomness costs per sample, seeding torch's
+generator per row (the code before) against the counter-based stream, from a shallow and a Trainer-deep stack.
+The JSON result goes to `--output_dir`/imagenet_shaped.json.
 """
 
 import argparse
@@ -59,6 +62,7 @@ from hf_vit_scaling.data.crop_decode import jpeg_reduction  # noqa: E402
 from hf_vit_scaling.data.decoding import decode_then, set_pixel_transforms  # noqa: E402
 from hf_vit_scaling.data.host_transforms import random_resized_crop_box  # noqa: E402
 from hf_vit_scaling.data.prepare import SourceSpec, prepare_shards  # noqa: E402
+from hf_vit_scaling.data.sample_randomness import SampleDraws, host_randint, sample_seed  # noqa: E402
 
 MEAN = STD = [0.5, 0.5, 0.5]
 SIZE, STORED = 224, 256
@@ -108,7 +112,7 @@ def make_folder(root: str, n: int, classes: int = 10) -> dict:
 
 def host_slice(pixels: torch.Tensor) -> torch.Tensor:
     """(c'): a random SIZE x SIZE window of a stored STORED x STORED image, sliced on the host."""
-    top, left = (int(torch.randint(0, STORED - SIZE + 1, ())) for _ in range(2))
+    top, left = host_randint(0, STORED - SIZE + 1), host_randint(0, STORED - SIZE + 1)
     return pixels[:, top : top + SIZE, left : left + SIZE]
 
 
@@ -126,7 +130,12 @@ def build_paths(jpeg_dir: str, shard_dir: str, cache_dir: str) -> dict:
     data = load_image_classification_data(shard_args, seed=0, cache_dir=cache_dir)
     splits = set_pixel_transforms(data, lambda train: decode_then(host_slice, data.raw_shape))
     paths["c_shards_host_slice"] = (splits["train"], collate_uint8_batch)
-    return {name: (with_sample_index({"train": split})["train"], collate) for name, (split, collate) in paths.items()}
+    # As in the recipe: each training row's host draws from its own stream (seed 0), read a batch at a time.
+    indexed = {
+        name: (with_sample_index({"train": split}, seed=0)["train"], collate)
+        for name, (split, collate) in paths.items()
+    }
+    return indexed
 
 
 def time_batches(split, collate, batches) -> tuple[float, float, int]:
@@ -177,6 +186,41 @@ def draft_fired(sizes: list[tuple[int, int]], scale_min: float = 0.08) -> dict:
         "train_crops_reduced_fraction": round(float(np.mean([r > 1 for r in train])), 4),
         "eval_whole_image_reduced_fraction": round(float(np.mean([r > 1 for r in evals])), 4),
     }
+
+
+def at_depth(depth: int, call):
+    """`call()` run `depth` Python frames down: a DataLoader fetch inside the Trainer runs about 40-60 deep."""
+    return call() if depth <= 0 else at_depth(depth - 1, call)
+
+
+def host_draw_cost(samples: int = 2000, draws: int = 5, depths=(0, 50)) -> dict:
+    """Microseconds per training sample of its host draws (`draws` uniforms: a crop box and a flip), the two ways
+    a row has had its own randomness, at each stack depth:
+    - seeded_generator: torch's CPU generator seeded per row inside `fork_rng` (the code before the counter-based
+      streams). `torch.manual_seed` also queues the seed for each lazily initialised accelerator with
+      `traceback.format_stack()`, whose cost grows with the stack's depth;
+    - counter_stream: `sample_randomness.SampleDraws`, the n-th draw a SplitMix64 of (seed, epoch, row, n)."""
+
+    def seeded_generator():
+        for row in range(samples):
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(sample_seed(0, 0, row))
+                for _ in range(draws):
+                    torch.rand(()).item()
+
+    def counter_stream():
+        for row in range(samples):
+            stream = SampleDraws(0, 0, row)
+            for _ in range(draws):
+                stream.uniform()
+
+    result = {}
+    for depth in depths:
+        for name, run in (("seeded_generator", seeded_generator), ("counter_stream", counter_stream)):
+            start = time.process_time()
+            at_depth(depth, run)
+            result[f"{name}_us_at_depth_{depth}"] = round((time.process_time() - start) / samples * 1e6, 1)
+    return result
 
 
 def cpu_model() -> str:
@@ -265,6 +309,7 @@ def main():
             "bytes_per_image_host_to_device": bytes_per_image,
             "draft_decode": draft_decode_rates(sample),
             "draft_fired_at_224": draft_fired(sizes),
+            "host_draws_per_sample": host_draw_cost(),
         }
         report_result(result, os.path.join(args.output_dir, "imagenet_shaped.json") if args.output_dir else None)
     finally:
