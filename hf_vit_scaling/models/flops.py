@@ -76,11 +76,15 @@ def vit_forward_macs_per_image(config, image_size: int | tuple[int, int] | None 
 
     # HF ViTPatchEmbeddings uses a Conv2d with kernel = stride = patch, so partial patches are dropped (floor).
     num_patches = (img_h // patch_h) * (img_w // patch_w)
-    tokens = num_patches + extra_tokens(config)  # + CLS (+ DeiT's distillation token)
+    # Patch dropout r (the planner's shapes of published runs: EVA-CLIP): the layers see max(1, int(P·(1 - r)))
+    # patches, the patch embedding all P. SwiGLU MLPs (the planner's DINOv2 shapes) have 3 weight matrices, not 2.
+    dropout = float(getattr(config, "patch_dropout", 0.0) or 0.0)
+    kept = max(1, int(num_patches * (1 - dropout))) if dropout else num_patches
+    tokens = kept + extra_tokens(config)  # + CLS (+ DeiT's distillation token)
 
     patch_embed = num_patches * (channels * patch_h * patch_w) * hidden
 
-    per_layer = layer_macs(tokens, hidden, inter)
+    per_layer = layer_macs(tokens, hidden, inter, int(getattr(config, "mlp_matrices", 2)))
 
     # ViTForImageClassification classifies sequence_output[:, 0] (CLS) only; DeiT's two heads also [:, 1].
     head = classifier_heads(config) * hidden * num_labels
@@ -88,13 +92,14 @@ def vit_forward_macs_per_image(config, image_size: int | tuple[int, int] | None 
     return patch_embed + layers * per_layer + head
 
 
-def layer_macs(tokens: int, hidden: int, inter: int) -> int:
-    """Forward MACs of one transformer layer on `tokens` tokens of width `hidden` with an MLP of width `inter`."""
+def layer_macs(tokens: int, hidden: int, inter: int, mlp_matrices: int = 2) -> int:
+    """Forward MACs of one transformer layer on `tokens` tokens of width `hidden` with an MLP of width `inter`:
+    `mlp_matrices` D x I matrices (2 for fc1 + fc2; 3 for SwiGLU's W1, W2, W3, Shazeer 2020, arXiv 2002.05202)."""
     qkv = tokens * hidden * 3 * hidden
     scores = tokens * tokens * hidden  # Q·Kᵀ summed over heads: heads · N² · head_dim = N²·D
     attn_v = tokens * tokens * hidden  # softmax(scores)·V, same shape argument
     out_proj = tokens * hidden * hidden
-    mlp = 2 * tokens * hidden * inter  # fc1 D→I and fc2 I→D
+    mlp = mlp_matrices * tokens * hidden * inter  # fc1 D→I and fc2 I→D (SwiGLU: W1, W2 D→I and W3 I→D)
     return qkv + scores + attn_v + out_proj + mlp
 
 

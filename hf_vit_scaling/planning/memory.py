@@ -46,8 +46,9 @@ import math
 from dataclasses import dataclass, field, replace
 
 from hf_vit_scaling.planning.shapes import (
+    ALL_ENGINES,
     DEEPSPEED_DEFAULT_REDUCE_BUCKET,
-    ENGINES,
+    HSDP,
     INTERCONNECTS,
     NETWORKS,
     ZERO3_MAX_REUSE_DISTANCE,
@@ -55,6 +56,7 @@ from hf_vit_scaling.planning.shapes import (
     VitShape,
     activation_bytes,
     bytes_per_element,
+    is_half,
 )
 from hf_vit_scaling.planning.teacher import TeacherShape
 
@@ -91,6 +93,11 @@ class PlanSettings:
     gpu_memory_bytes: int = 40 * GiB
     precision: str = "bf16"
     gradient_checkpointing: bool = False
+    # Selective recomputation (Korthikanti et al. 2022, arXiv 2205.05198, §5): only the attention core (QKᵀ, softmax,
+    # ·V) is recomputed, which drops the 5as²b/h term of their Eq. (1) -> Eq. (2), 34sbh bytes a layer. The planner's
+    # activations already hold no s x s tensor (SDPA's fused kernels, `shapes.layer_activation_elements`), so it
+    # saves no memory here; it costs the attention core's forward once more (`speed.engine_speed`).
+    selective_checkpointing: bool = False
     sequence_parallel_size: int = 1
     memory_margin: float = 0.10
     achievable_tflops: float = 125.0
@@ -104,6 +111,10 @@ class PlanSettings:
     @property
     def world_size(self) -> int:
         return self.gpus_per_node * self.nodes
+
+    def shard_group(self, engine: str) -> int:
+        """Ranks the model states are sharded over: a node's GPUs under HSDP, every rank otherwise."""
+        return self.gpus_per_node if engine == HSDP else self.world_size
 
     def with_batch(self, batch: int) -> PlanSettings:
         return replace(self, per_device_batch=batch)
@@ -133,9 +144,11 @@ def model_state_bytes(engine: str, num_parameters: int, world_size: int, precisi
     * Offload variants: the optimizer's parts (master, moments, fp32 gradients) live in host memory; ZeRO-3 offload
       also the weight and gradient partitions. The device keeps pΨ (ZeRO-2) or no partition at all (ZeRO-3).
     * FSDP2: sharded fp32 weights, gradients and moments: (4 + 4 + 8)Ψ/N; compute-dtype copies of the layer in use
-      are made at all-gather time (buffers).
+      are made at all-gather time (buffers). HSDP is FSDP2 with `world_size` = the shard group (a node's GPUs): the
+      same 16Ψ/g on each of the replicas. E.g. a 1 B-parameter model on 8 GPUs a node: 16 x 1e9 / 8 = 2.0 GB per
+      GPU however many nodes, where full sharding over 1,024 GPUs holds 15.6 MB.
     """
-    if engine not in ENGINES:
+    if engine not in ALL_ENGINES:
         raise ValueError(f"unknown engine {engine!r}")
     psi, n = num_parameters, world_size
     p = bytes_per_element(precision)
@@ -160,7 +173,7 @@ def model_state_bytes(engine: str, num_parameters: int, world_size: int, precisi
         states.update(parameters=p * psi, host=master + moments + 4 * shard + p * shard)
     elif engine == "zero3_offload":
         states.update(host=p * shard + p * shard + master + moments + 4 * shard)
-    elif engine == "fsdp2":
+    elif engine in ("fsdp2", HSDP):
         states.update(parameters=4 * shard, gradients=4 * shard, optimizer_states=moments)
     return states
 
@@ -219,11 +232,11 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
       step's fp32 input batch, which the Trainer holds until the optimizer step.
     """
     shape = settings.shape
-    psi, n = shape.num_parameters, settings.world_size
+    psi, n = shape.num_parameters, settings.shard_group(engine)
     p = bytes_per_element(settings.precision)
     shard = math.ceil(psi / n)
     states = model_state_bytes(engine, psi, n, settings.precision)
-    autocast = engine == "ddp" and settings.precision == "bf16"
+    autocast = engine == "ddp" and is_half(settings.precision)
     act = activation_bytes(
         shape,
         settings.per_device_batch,
@@ -292,7 +305,7 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
         notes.append(
             f"keeps {gathered / GiB:.2f} GiB of weights gathered through forward (stage3_max_reuse_distance 1e9)"
         )
-    elif engine == "fsdp2":
+    elif engine in ("fsdp2", HSDP):
         # Unsharded weights in the compute dtype: the root's own parameters and the final LayerNorm (not resharded
         # after forward), the current layer and the prefetched next one; in backward also one layer's unsharded
         # gradients before their reduce-scatter. Sharded gradients exist from backward to zero_grad.

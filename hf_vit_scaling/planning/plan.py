@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 
 from hf_vit_scaling.models.flops import train_flops_per_image
 from hf_vit_scaling.planning.memory import MemoryEstimate, PlanSettings, engine_memory, largest_batch
-from hf_vit_scaling.planning.shapes import ENGINE_FLAGS, ENGINE_NAMES, ENGINES, GiB
+from hf_vit_scaling.planning.shapes import ALL_ENGINES, ENGINE_FLAGS, ENGINE_NAMES, ENGINES, HSDP, GiB
 from hf_vit_scaling.planning.speed import SpeedEstimate, engine_speed
 
 
@@ -77,7 +77,7 @@ def recommend(options: list[EngineOption]) -> tuple[str | None, str]:
         )
     fitting = [o for o in options if o.memory.fits]
     if fitting:
-        best = min(fitting, key=lambda o: (round(o.speed.step_s, 9), ENGINES.index(o.engine)))
+        best = min(fitting, key=lambda o: (round(o.speed.step_s, 9), ALL_ENGINES.index(o.engine)))
         why_not_ddp = ""
         if "ddp" in by_engine:
             why_not_ddp = (
@@ -101,11 +101,14 @@ def recommend(options: list[EngineOption]) -> tuple[str | None, str]:
     )
 
 
-def plan(settings: PlanSettings, engines: tuple[str, ...] = ENGINES) -> Plan:
-    """Memory, speed and the largest batch for every engine, and the recommendation."""
+def plan(settings: PlanSettings, engines: tuple[str, ...] | None = None) -> Plan:
+    """Memory, speed and the largest batch for every engine (HSDP too on more than one node: on one it is FSDP2
+    full sharding), and the recommendation."""
+    if engines is None:
+        engines = ENGINES + ((HSDP,) if settings.nodes > 1 else ())
     options = []
     for engine in engines:
-        if settings.sequence_parallel_size > 1 and engine in ("ddp", "fsdp2"):
+        if settings.sequence_parallel_size > 1 and engine in ("ddp", "fsdp2", HSDP):
             continue  # this project's sequence parallelism runs on DeepSpeed's process groups only
         options.append(
             EngineOption(

@@ -3,15 +3,17 @@ turns them into the planner's `PlanSettings`; `plan_inputs` says which figures o
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hf_vit_scaling.arguments.distillation import check_teacher_folder
 from hf_vit_scaling.arguments.mae import MaeArguments
+from hf_vit_scaling.arguments.parser import DataclassParser
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.models.flops import lookup_peak_tflops
 from hf_vit_scaling.models.mae import DECODER_FIELDS
 from hf_vit_scaling.models.presets import ALL_PRESETS, MODEL_PRESETS, preset_config
 from hf_vit_scaling.planning.memory import PlanSettings
+from hf_vit_scaling.planning.presets import PLANNER_PRESETS
 from hf_vit_scaling.planning.shapes import (
     INTERCONNECTS,
     NETWORKS,
@@ -30,7 +32,11 @@ class PlanArguments:
 
     model_preset: str = field(
         default="vit-b-16",
-        metadata={"help": "ViT size: " + ", ".join(MODEL_PRESETS) + ".", "choices": list(MODEL_PRESETS)},
+        metadata={
+            "help": "ViT size: the recipe's " + ", ".join(MODEL_PRESETS) + "; or a published large ViT's shape "
+            "(planning only): " + ", ".join(PLANNER_PRESETS) + ".",
+            "choices": [*MODEL_PRESETS, *PLANNER_PRESETS],
+        },
     )
     image_size: int | None = field(default=None, metadata={"help": "Input resolution in pixels (preset's default)."})
     patch_size: int | None = field(default=None, metadata={"help": "Patch size in pixels (preset's default)."})
@@ -51,12 +57,24 @@ class PlanArguments:
     precision: str = field(
         default="bf16",
         metadata={
-            "help": "bf16 (DeepSpeed/FSDP keep bf16 weights; plain DDP uses autocast) or fp32.",
+            "help": "bf16 or fp16 (DeepSpeed/FSDP keep 16-bit weights and fp32 master weights; plain DDP uses "
+            "autocast; fp16 is planned as bf16) or fp32.",
             "choices": list(PRECISIONS),
         },
     )
     gradient_checkpointing: bool = field(
         default=False, metadata={"help": "Plan with activation checkpointing of every ViT layer (+1/3 compute)."}
+    )
+    selective_checkpointing: bool = field(
+        default=False,
+        metadata={
+            "help": "Plan with selective recomputation of the attention core only (Korthikanti et al. 2022): no "
+            "memory saved beside fused attention, which keeps no s x s matrix; its forward FLOPs once more."
+        },
+    )
+    patch_dropout: float = field(
+        default=0.0,
+        metadata={"help": "Share of patches dropped after the patch embedding (FLIP / EVA-CLIP), in [0, 1)."},
     )
     sequence_parallel_size: int = field(
         default=1,
@@ -130,7 +148,7 @@ class PlanArguments:
         for flag, value in positive.items():
             if value <= 0:
                 raise UserInputError(f"{flag} must be positive, got {value}. Fix: pass a whole number >= 1.")
-        preset = MODEL_PRESETS[self.model_preset]
+        preset = preset_shape(self.model_preset)
         image, patch = self.image_size or preset["image_size"], self.patch_size or preset["patch_size"]
         if image <= 0 or patch <= 0 or image % patch:
             raise UserInputError(
@@ -142,6 +160,13 @@ class PlanArguments:
             raise UserInputError(
                 f"--sequence_parallel_size {sp} must divide the {world} GPUs and the "
                 f"{heads} attention heads of {self.model_preset}. Fix: pick a common divisor."
+            )
+        if not 0 <= self.patch_dropout < 1:
+            raise UserInputError(f"--patch_dropout must be in [0, 1), got {self.patch_dropout}. Fix: e.g. 0.5.")
+        if self.gradient_checkpointing and self.selective_checkpointing:
+            raise UserInputError(
+                "--gradient_checkpointing and --selective_checkpointing together: full checkpointing already "
+                "recomputes the attention core. Fix: pass one of them."
             )
         if not 0 <= self.memory_margin < 1:
             raise UserInputError(f"--memory_margin must be in [0, 1), got {self.memory_margin}. Fix: e.g. 0.1.")
@@ -250,12 +275,19 @@ def teacher_from(args: PlanArguments, image_size: int) -> TeacherShape | None:
     return teacher_shape(config, image_size, name)
 
 
+def preset_shape(name: str) -> dict:
+    """A preset's shape: the recipe's (`models.MODEL_PRESETS`) or a published ViT's (`shapes.PLANNER_PRESETS`)."""
+    return MODEL_PRESETS[name] if name in MODEL_PRESETS else PLANNER_PRESETS[name]
+
+
 def settings_from(args: PlanArguments, ds_configs_dir: str) -> PlanSettings:
-    preset = MODEL_PRESETS[args.model_preset]
+    preset = dict(preset_shape(args.model_preset))
     if args.mae:
+        preset.pop("mlp", None)
         shape = mae_shape(preset, args.decoder(), args.mask_ratio, args.image_size, args.patch_size)
     else:
-        shape = vit_shape(preset, args.image_size, args.patch_size, args.num_labels)
+        shape = replace(vit_shape(preset, args.image_size, args.patch_size, args.num_labels),
+                        patch_dropout=args.patch_dropout)  # fmt: skip
     return PlanSettings(
         shape=shape,
         per_device_batch=args.per_device_train_batch_size,
@@ -264,6 +296,7 @@ def settings_from(args: PlanArguments, ds_configs_dir: str) -> PlanSettings:
         gpu_memory_bytes=parse_memory_size(args.gpu_memory),
         precision=args.precision,
         gradient_checkpointing=args.gradient_checkpointing,
+        selective_checkpointing=args.selective_checkpointing,
         sequence_parallel_size=args.sequence_parallel_size,
         memory_margin=args.memory_margin,
         achievable_tflops=achievable_tflops(args),
@@ -304,3 +337,10 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def parse_plan_flags(argv: list[str] | None, ds_configs_dir: str) -> tuple[PlanArguments, PlanSettings]:
+    """recipes/plan.py's flags -> its arguments and the planner's settings (what the recipe and the benchmarks that
+    record plan.py commands both call); bad input raises UserInputError."""
+    (args,) = DataclassParser(PlanArguments, prog="recipes/plan.py").parse_flags(argv)
+    return args, settings_from(args, ds_configs_dir)

@@ -3,6 +3,7 @@
 from hf_vit_scaling.models.flops import train_flops_per_image
 from hf_vit_scaling.planning.memory import PlanSettings
 from hf_vit_scaling.planning.plan import Plan
+from hf_vit_scaling.planning.plan_arguments import PlanArguments, plan_inputs
 from hf_vit_scaling.planning.shapes import ENGINE_FLAGS, ENGINE_NAMES, GiB, MaeShape
 
 
@@ -27,6 +28,31 @@ def teacher_lines(s: PlanSettings) -> list[str]:
     ]
 
 
+def checkpointing(s: PlanSettings) -> str:
+    if s.gradient_checkpointing:
+        return "gradient checkpointing on"
+    return "selective checkpointing (attention core)" if s.selective_checkpointing else "gradient checkpointing off"
+
+
+def communication_lines(option) -> list[str]:
+    """The recommended engine's collectives per step: bytes per rank, link class, bandwidth, seconds."""
+    terms = option.speed.terms
+    if not terms:
+        return []
+    lines = [f"Communication per step ({option.name}, per rank; ring volumes, no overlap):"]
+    for t in terms:
+        lines.append(f"  {t.collective} of {t.what}: {t.bytes_per_rank / 1e9:.3f} GB over {t.link} at "
+                     f"{t.gbps:g} GB/s = {t.seconds:.4f} s")  # fmt: skip
+    return lines
+
+
+def plan_json(args: PlanArguments, result: Plan) -> dict:
+    """recipes/plan.py --json: the plan and its inputs (which figures are assumed)."""
+    report = result.to_dict()
+    report["inputs"] = plan_inputs(args)
+    return report
+
+
 def format_plan(result: Plan) -> str:
     """A table per engine (GiB per rank; step time in seconds), the inputs, and the recommendation."""
     s = result.settings
@@ -39,8 +65,7 @@ def format_plan(result: Plan) -> str:
         model = f"ViT: {shape.num_parameters / 1e6:.1f} M parameters, {shape.tokens} tokens"
     lines = [
         f"{model}, {train_flops_per_image(shape) / 1e9:.1f} GFLOP per training image; {s.per_device_batch} images per "
-        f"device, {s.precision}, gradient checkpointing {'on' if s.gradient_checkpointing else 'off'}, "
-        f"sequence parallel {s.sequence_parallel_size}",
+        f"device, {s.precision}, {checkpointing(s)}, sequence parallel {s.sequence_parallel_size}",
         f"Cluster: {s.nodes} node(s) x {s.gpus_per_node} GPUs of {s.gpu_memory_bytes / GiB:.1f} GiB, "
         f"margin {s.memory_margin:.0%}; assumed: {s.achievable_tflops:g} TFLOP/s achievable per GPU, "
         f"{s.intra_node_gbps:g} GB/s in a node, {s.inter_node_gbps:g} GB/s between nodes, "
@@ -85,6 +110,7 @@ def format_plan(result: Plan) -> str:
     if result.recommended:
         flags = ENGINE_FLAGS[result.recommended]
         lines += ["", f"Recommended: {ENGINE_NAMES[result.recommended]}  {flags}", f"Why: {result.reason}"]
+        lines += communication_lines(next(o for o in result.options if o.engine == result.recommended))
     else:
         lines += ["", f"Recommended: none. {result.reason}"]
     return "\n".join(lines)

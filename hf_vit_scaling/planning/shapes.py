@@ -26,6 +26,11 @@ from dataclasses import dataclass
 GiB = 1024**3
 
 ENGINES = ("ddp", "zero1", "zero2", "zero2_offload", "zero3", "zero3_offload", "fsdp2")
+# Planned on more than one node only (on one node it is FSDP2 full sharding): FSDP2 hybrid sharding (HSDP), the
+# model sharded over the GPUs of a node and replicated across nodes (`fully_shard` on a 2-D device mesh,
+# torch.distributed.fsdp; "HYBRID_SHARD" in FSDP1). The recipe's fsdp_configs/ do not build it.
+HSDP = "hsdp"
+ALL_ENGINES = (*ENGINES, HSDP)
 ENGINE_NAMES = {
     "ddp": "DDP",
     "zero1": "ZeRO-1",
@@ -34,6 +39,7 @@ ENGINE_NAMES = {
     "zero3": "ZeRO-3",
     "zero3_offload": "ZeRO-3 + param/optimizer offload",
     "fsdp2": "FSDP2 full shard",
+    HSDP: "FSDP2 HSDP (shard in node)",
 }
 # How the recipe runs each engine (recipes/train_vit.py flags).
 ENGINE_FLAGS = {
@@ -44,14 +50,23 @@ ENGINE_FLAGS = {
     "zero3": "--ds_config ds_configs/zero3.json",
     "zero3_offload": "--ds_config ds_configs/zero3_offload.json",
     "fsdp2": "--fsdp --fsdp_config fsdp_configs/fsdp2.json",
+    HSDP: "(not in fsdp_configs/: FSDP2 fully_shard on a (nodes, GPUs per node) device mesh)",
 }
-PRECISIONS = ("bf16", "fp32")
+# fp16 is planned as bf16 (2-byte weights, gradients and activations, fp32 master weights and moments): the loss
+# scaler's few scalars are not counted. Mixed precision keeps fp32 master weights in both (Micikevicius et al. 2018,
+# "Mixed Precision Training", arXiv 1710.03740, §3.1).
+PRECISIONS = ("bf16", "fp16", "fp32")
+
+
+def is_half(precision: str) -> bool:
+    """Whether the run computes in a 2-byte dtype (bf16 or fp16)."""
+    return precision in ("bf16", "fp16")
 
 
 def bytes_per_element(precision: str) -> int:
-    """The working dtype's size: 2 bytes in bf16 (DeepSpeed's and FSDP2's parameters, the teacher cast to the run's
-    dtype), 4 in fp32."""
-    return 2 if precision == "bf16" else 4
+    """The working dtype's size: 2 bytes in bf16/fp16 (DeepSpeed's and FSDP2's parameters, the teacher cast to the
+    run's dtype), 4 in fp32."""
+    return 2 if is_half(precision) else 4
 
 
 def read_ds_configs(folder: str) -> dict[str, dict]:
@@ -82,6 +97,7 @@ NETWORKS = {
     "ib-hdr": 22.0,  # 200 Gb/s InfiniBand HDR, one NIC per node
     "ib-ndr": 45.0,  # 400 Gb/s InfiniBand NDR, one NIC per node
     "8x-ib-ndr": 360.0,  # DGX H100-style: one 400 Gb/s NIC per GPU
+    "8x-ib-hdr": 180.0,  # DGX A100-style: one 200 Gb/s HDR NIC per GPU, 8 x 25 = 200 GB/s per node
 }
 
 # DeepSpeed defaults the Hugging Face integration fills in for "auto" (transformers integrations/deepspeed.py):
@@ -94,14 +110,27 @@ PERSISTENCE_THRESHOLD_FACTOR = 10
 # --------------------------------------------------------------------------- model shape and parameter counts
 
 
-def transformer_layer_sizes(prefix: str, width: int, intermediate: int) -> dict[str, list[int]]:
+def transformer_layer_sizes(prefix: str, width: int, intermediate: int, mlp: str = "gelu") -> dict[str, list[int]]:
     """One pre-norm transformer block's tensors, {name: [weight, bias] element counts}: q/k/v/o projections
-    width x width, two LayerNorms, MLP width -> intermediate -> width (ViT-B/16: 7,087,872 per block)."""
+    width x width, two LayerNorms, and the MLP (ViT-B/16: 7,087,872 per block):
+
+    * "gelu": fc1 width -> intermediate, fc2 intermediate -> width (Dosovitskiy et al. 2021, arXiv 2010.11929);
+    * "swiglu": SwiGLU(x) = (SiLU(x W1) * x W2) W3 (Shazeer 2020, "GLU Variants Improve Transformer", arXiv
+      2002.05202, Eq. 6), with W1 and W2 fused in one projection width -> 2 x intermediate, as DINOv2's
+      `SwiGLUFFNFused` builds it (biases on): 3·h·I + 2I + h parameters. DINOv2's ViT-g/14 (h 1536, I 4096):
+      3 x 1536 x 4096 + 2 x 4096 + 1536 = 18,884,096 per block, against GELU's 2hI + I + h at the same I.
+    """
     w, i = width, intermediate
     sizes = {f"{prefix}.{proj}": [w * w, w] for proj in ("q_proj", "k_proj", "v_proj", "o_proj")}
     sizes |= {f"{prefix}.layernorm_before": [w, w], f"{prefix}.layernorm_after": [w, w]}
-    sizes |= {f"{prefix}.fc1": [w * i, i], f"{prefix}.fc2": [i * w, w]}
+    if mlp == "swiglu":
+        sizes |= {f"{prefix}.w12": [w * 2 * i, 2 * i], f"{prefix}.w3": [i * w, w]}
+    else:
+        sizes |= {f"{prefix}.fc1": [w * i, i], f"{prefix}.fc2": [i * w, w]}
     return sizes
+
+
+MLPS = ("gelu", "swiglu")
 
 
 @dataclass(frozen=True)
@@ -117,11 +146,29 @@ class VitShape:
     intermediate_size: int
     num_channels: int = 3
     num_labels: int = 1000
+    mlp: str = "gelu"  # "gelu" or "swiglu" (`transformer_layer_sizes`)
+    patch_dropout: float = 0.0  # share of patches dropped after the patch embedding (FLIP / EVA-CLIP)
+
+    @property
+    def all_tokens(self) -> int:
+        """Patches + CLS: ViT-B/16 at 224 px has 14 × 14 + 1 = 197 (the position table's length)."""
+        return (self.image_size // self.patch_size) ** 2 + 1
 
     @property
     def tokens(self) -> int:
-        """Patches + CLS: ViT-B/16 at 224 px has 14 × 14 + 1 = 197."""
-        return (self.image_size // self.patch_size) ** 2 + 1
+        """The tokens the layers run on: patches + CLS, or with patch dropout r the kept patches + CLS. OpenCLIP's
+        `PatchDropout` (which EVA-CLIP's --force-patch-dropout sets; Li et al. 2023, "Scaling Language-Image
+        Pre-training via Masking", arXiv 2212.00794) keeps max(1, int(P·(1 - r))) patches: 256 at r = 0.5 -> 129."""
+        patches = (self.image_size // self.patch_size) ** 2
+        if self.patch_dropout:
+            patches = max(1, int(patches * (1 - self.patch_dropout)))
+        return patches + 1
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices h x I in one MLP: 2 for GELU, 3 for SwiGLU; `models.flops.layer_macs` counts N·h·I
+        multiply-accumulates for each."""
+        return 3 if self.mlp == "swiglu" else 2
 
     def parameter_sizes(self) -> dict[str, list[int]]:
         """Element counts of every parameter tensor, grouped by the module that owns it (HF ViT, `qkv_bias=True`,
@@ -134,11 +181,11 @@ class VitShape:
             self.num_labels,
         )
         groups = {
-            "embeddings": [h, self.tokens * h],  # cls_token, position_embeddings
+            "embeddings": [h, self.all_tokens * h],  # cls_token, position_embeddings
             "patch_embeddings": [c * p * p * h, h],  # Conv2d weight, bias
         }
         for i in range(self.num_hidden_layers):
-            groups.update(transformer_layer_sizes(f"layer{i}", h, inter))
+            groups.update(transformer_layer_sizes(f"layer{i}", h, inter, self.mlp))
         groups["layernorm"] = [h, h]
         groups["classifier"] = [h * n, n]
         return groups
@@ -156,9 +203,11 @@ class VitShape:
 
     @property
     def layer_parameters(self) -> int:
-        """One ViTLayer: 4(h² + h) + 2·2h + 2·h·I + I + h (ViT-B: 7,087,872)."""
+        """One ViTLayer: 4(h² + h) + 2·2h + the MLP: 2·h·I + I + h with GELU (ViT-B: 7,087,872), 3·h·I + 2I + h with
+        SwiGLU (`transformer_layer_sizes`)."""
         h, inter = self.hidden_size, self.intermediate_size
-        return 4 * (h * h + h) + 4 * h + 2 * h * inter + inter + h
+        mlp = 3 * h * inter + 2 * inter + h if self.mlp == "swiglu" else 2 * h * inter + inter + h
+        return 4 * (h * h + h) + 4 * h + mlp
 
     def zero3_persistent_parameters(self) -> int:
         """Parameters ZeRO-3 never partitions: tensors of at most `stage3_param_persistence_threshold` (= 10·h with
@@ -239,7 +288,11 @@ def layer_activation_elements(shape: VitShape, batch: int, sequence_parallel_siz
       on GPUs, flash-attention-for-CPU on CPUs): no s × s softmax is stored (−2as²b, −as²b of its mask); the kernel
       keeps its output O (the projection input: its (b, s, a, d) memory layout makes transformers'
       `transpose(1, 2).contiguous()` a no-op) and an fp32 log-sum-exp per head and token;
-    * the MLP width is `intermediate_size` I rather than a fixed 4h.
+    * the MLP width is `intermediate_size` I rather than a fixed 4h;
+    * a SwiGLU MLP (`shape.mlp == "swiglu"`) keeps 4sbI instead of GELU's 2sbI: the fused W1|W2 output (2sbI: SiLU
+      keeps its half x1, the product keeps the other half x2), SiLU's output (sbI, kept by the product) and the
+      product (sbI, W3's input). Read from the autograd graph of `SwiGLUFFNFused` (SiLU and mul save their inputs);
+      not measured here.
 
     In elements: LayerNorm inputs 2sbh, LayerNorm outputs (QKV and MLP inputs) 2sbh, Q, K, V 3sbh, O sbh, GELU input
     and output 2sbI; plus fp32 statistics: LayerNorm mean and rstd 2 × 2sb, log-sum-exp asb. With I = 4h that is
@@ -250,12 +303,13 @@ def layer_activation_elements(shape: VitShape, batch: int, sequence_parallel_siz
     s = math.ceil(shape.tokens / sequence_parallel_size)
     sbh = s * batch * shape.hidden_size
     sbi = s * batch * shape.intermediate_size
+    mlp_kept = 4 if getattr(shape, "mlp", "gelu") == "swiglu" else 2
     return {
         "residual": 2 * sbh,  # LayerNorm inputs: the layer input and the residual after attention
         "normed": 2 * sbh,  # LayerNorm outputs kept by q/k/v_proj and fc1
         "qkv": 3 * sbh,
         "attention_output": sbh,  # SDPA's output O, also o_proj's input
-        "mlp": 2 * sbi,  # GELU input (fc1 output) and GELU output (fc2 input)
+        "mlp": mlp_kept * sbi,  # GELU: its input and output; SwiGLU: W1|W2 output, SiLU output, product
         "fp32_statistics": 4 * s * batch + shape.num_attention_heads * s * batch,
     }
 
@@ -270,11 +324,12 @@ class TokenStack:
     intermediate_size: int
     num_attention_heads: int
     num_hidden_layers: int
+    mlp: str = "gelu"
 
     @classmethod
     def of(cls, shape: VitShape) -> TokenStack:
         return cls(shape.tokens, shape.hidden_size, shape.intermediate_size, shape.num_attention_heads,
-                   shape.num_hidden_layers)  # fmt: skip
+                   shape.num_hidden_layers, shape.mlp)  # fmt: skip
 
 
 def stack_bytes(
@@ -305,15 +360,18 @@ def stack_bytes(
     if gradient_checkpointing:
         kept = layers * sbh * residual_element  # each layer's input
         recomputed = layer - sbh * residual_element  # in backward, one layer at a time (its input is kept already)
-        forward_transient = 2 * sbi * element  # the last layer's fc1 and GELU outputs, not kept
+        forward_transient = per_layer["mlp"] * element  # the last layer's MLP tensors (fc1 and GELU outputs), not kept
     else:
         kept, recomputed, forward_transient = layers * layer, 0, 0
+    # The gradient flowing into the layer (sbh) and the gradient of the MLP's widest kept tensor: GELU's output (sbI);
+    # with SwiGLU the fused W1|W2 output's (2sbI).
+    mlp_gradient = sbi * (2 if stack.mlp == "swiglu" else 1)
     return {
         "one_layer": layer,
         "kept": kept,
         "recomputed": recomputed,
         "forward_transient": forward_transient,
-        "backward_working_set": (sbi + sbh) * element,
+        "backward_working_set": (mlp_gradient + sbh) * element,
     }
 
 
@@ -364,7 +422,7 @@ def activation_bytes(
     # output on the full sequence (gathered before it under sequence parallelism; the classifier keeps the CLS slice,
     # a view that keeps the whole output alive); the logits.
     pixel_count = batch * shape.num_channels * shape.image_size**2
-    pixels = pixel_count * 4 + (pixel_count * 2 if precision == "bf16" else 0)
+    pixels = pixel_count * 4 + (pixel_count * 2 if is_half(precision) else 0)
     tokens = shape.tokens * batch
     head = 2 * tokens * shape.hidden_size * residual_element + 2 * tokens * 4 + batch * shape.num_labels * 4
     forward_end = kept + pixels + head + forward_transient
@@ -406,7 +464,7 @@ def mae_activation_bytes(
     enc = stack_bytes(encoder, batch, precision, gradient_checkpointing, 1, autocast)
     dec = stack_bytes(decoder, batch, precision, gradient_checkpointing, 1, autocast)
     pixel_count = batch * shape.num_channels * shape.image_size**2
-    pixels = pixel_count * 4 + (pixel_count * 2 if precision == "bf16" else 0)
+    pixels = pixel_count * 4 + (pixel_count * 2 if is_half(precision) else 0)
     h, d, patches = shape.hidden_size, shape.decoder_hidden_size, shape.num_patches * batch
     visible, every = shape.visible_tokens * batch, shape.tokens * batch
     masking = patches * h * residual + (visible - batch) * h * 8

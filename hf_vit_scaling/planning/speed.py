@@ -10,6 +10,9 @@ bandwidth, with the ring-algorithm volumes of NCCL's performance notes (nccl-tes
 `doc/PERFORMANCE.md`): all-reduce 2(N-1)/N × bytes, all-gather and reduce-scatter (N-1)/N × bytes. A ring that spans
 nodes is as fast as its slowest link, so the bandwidth is the node's network when there is more than one node.
 Compute and communication are added (no overlap assumed), so the step time is an upper-bound-style estimate.
+`communication_terms` lists every collective of a step: what it moves, the bytes each rank sends, the link class it
+crosses (intra-node: NVLink/PCIe; a ring across nodes: the slower of that and the network; inter-node only, for
+HSDP's replica all-reduce) and the bandwidth assumed for it.
 
 Notation as in `memory`: Ψ parameters, N ranks, p the bytes of a parameter in the engine's working dtype. The
 bandwidths are inputs (`memory.PlanSettings`); the assumed ones are `shapes.INTERCONNECTS` and `shapes.NETWORKS`.
@@ -18,11 +21,11 @@ bandwidths are inputs (`memory.PlanSettings`); the assumed ones are `shapes.INTE
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hf_vit_scaling.models.flops import train_flops_per_image
 from hf_vit_scaling.planning.memory import PlanSettings, zero3_gathered_parameters
-from hf_vit_scaling.planning.shapes import VitShape, bytes_per_element
+from hf_vit_scaling.planning.shapes import HSDP, VitShape, bytes_per_element
 
 
 @dataclass
@@ -36,6 +39,29 @@ class SpeedEstimate:
     step_s: float
     images_per_s: float
     bandwidth_gbps: float
+    terms: list[CommTerm] = field(default_factory=list)
+
+    @property
+    def communication_bound(self) -> bool:
+        """Whether the step spends at least as long communicating as computing (no overlap assumed)."""
+        return self.step_s - self.seconds["compute"] >= self.seconds["compute"]
+
+
+@dataclass
+class CommTerm:
+    """One collective of a step on one rank: `payload_bytes` is the tensor it works on, `bytes_per_rank` what each
+    rank sends (NCCL's bus volume), over `link` at `gbps` GB/s."""
+
+    collective: str  # all-reduce | all-gather | reduce-scatter
+    what: str
+    payload_bytes: int
+    bytes_per_rank: int
+    link: str  # intra-node | ring across nodes | inter-node
+    gbps: float
+
+    @property
+    def seconds(self) -> float:
+        return self.bytes_per_rank / (self.gbps * 1e9)
 
 
 def collective_bytes_per_rank(
@@ -65,6 +91,68 @@ def collective_bytes_per_rank(
     return int(ring * p * (2 * num_parameters + regathered))
 
 
+def ring_link(settings: PlanSettings) -> tuple[str, float]:
+    """The link class and bus bandwidth of a ring over every rank: the node's GPU link on one node; across nodes a
+    ring is as fast as its slowest link (the network, or NVLink if the network is faster)."""
+    if settings.nodes == 1:
+        return "intra-node", settings.intra_node_gbps
+    return "ring across nodes", min(settings.intra_node_gbps, settings.inter_node_gbps)
+
+
+def communication_terms(
+    engine: str, settings: PlanSettings, regathered_parameters: int | None = None
+) -> list[CommTerm]:
+    """The data-parallel collectives of one step, each with its bytes per rank, link class and bandwidth.
+
+    Ring volumes (nccl-tests doc/PERFORMANCE.md): all-reduce of S bytes sends 2(N-1)/N x S per rank, all-gather and
+    reduce-scatter (N-1)/N x S, S the whole (unsharded) tensor. Ψ parameters, p bytes a weight, N ranks:
+    * DDP: all-reduce of the fp32 gradients, S = 4Ψ (torch DDP reduces in the gradients' dtype; 2(N-1)/N x 4Ψ:
+      ViT-g/14, Ψ = 1.01e9, on 16 x 8 GPUs: 2 x 127/128 x 4.04 GB = 8.0 GB per rank per step);
+    * ZeRO-1/2 (and offload): reduce-scatter of the p-byte gradients + all-gather of the updated p-byte weights, the
+      same 2(N-1)/N x pΨ as an all-reduce (Rajbhandari et al. 2020, arXiv 1910.02054, §7.2.1);
+    * ZeRO-3 / FSDP2: all-gather of the weights for forward and again for backward, reduce-scatter of the gradients:
+      3(N-1)/N x pΨ (§7.2.2); DeepSpeed's ZeRO-3 skips the backward gather of what it kept gathered
+      (`regathered_parameters`);
+    * HSDP, g GPUs a node and r nodes: FSDP2's three collectives inside the node, 3(g-1)/g x pΨ over NVLink, then an
+      all-reduce of each rank's gradient shard across the r replicas, 2(r-1)/r x pΨ/g, over the network, which the
+      node's g GPUs share (each gets inter_node_gbps / g): the node sends the whole gradient once, in p bytes.
+    """
+    shape = settings.shape
+    psi, n, p = shape.num_parameters, settings.world_size, bytes_per_element(settings.precision)
+    if n == 1:
+        return []
+    dtype = "fp32" if p == 4 else settings.precision
+    if engine == HSDP and settings.nodes > 1:
+        g, r = settings.gpus_per_node, settings.nodes
+        inside = [] if g == 1 else [
+            CommTerm("all-gather", f"{dtype} weights, forward", p * psi, int((g - 1) / g * p * psi), "intra-node",
+                     settings.intra_node_gbps),
+            CommTerm("all-gather", f"{dtype} weights, backward", p * psi, int((g - 1) / g * p * psi), "intra-node",
+                     settings.intra_node_gbps),
+            CommTerm("reduce-scatter", f"{dtype} gradients", p * psi, int((g - 1) / g * p * psi), "intra-node",
+                     settings.intra_node_gbps),
+        ]  # fmt: skip
+        shard = math.ceil(psi / g) * p
+        across = CommTerm("all-reduce", f"{dtype} gradient shard across replicas", shard,
+                          int(2 * (r - 1) / r * shard), "inter-node", settings.inter_node_gbps / g)  # fmt: skip
+        return [*inside, across]
+    link, gbps = ring_link(settings)
+    ring = (n - 1) / n
+    if engine == "ddp":
+        return [CommTerm("all-reduce", "fp32 gradients", 4 * psi, int(2 * ring * 4 * psi), link, gbps)]
+    if engine in ("zero1", "zero2", "zero2_offload"):
+        return [
+            CommTerm("reduce-scatter", f"{dtype} gradients", p * psi, int(ring * p * psi), link, gbps),
+            CommTerm("all-gather", f"{dtype} updated weights", p * psi, int(ring * p * psi), link, gbps),
+        ]
+    regathered = psi if regathered_parameters is None else regathered_parameters
+    return [
+        CommTerm("all-gather", f"{dtype} weights, forward", p * psi, int(ring * p * psi), link, gbps),
+        CommTerm("all-gather", f"{dtype} weights, backward", p * regathered, int(ring * p * regathered), link, gbps),
+        CommTerm("reduce-scatter", f"{dtype} gradients", p * psi, int(ring * p * psi), link, gbps),
+    ]
+
+
 def engine_speed(engine: str, settings: PlanSettings) -> SpeedEstimate:
     """Step-time estimate: compute + collectives + sequence-parallel all-to-alls + host transfers + CPU Adam."""
     shape, sp = settings.shape, settings.sequence_parallel_size
@@ -72,20 +160,22 @@ def engine_speed(engine: str, settings: PlanSettings) -> SpeedEstimate:
     flops = settings.per_device_batch * train_flops_per_image(shape) / sp
     if settings.gradient_checkpointing:
         flops *= 4 / 3  # one more forward per step: 3 → 4 forward-equivalents
+    elif settings.selective_checkpointing:
+        # The attention core's forward once more (Korthikanti et al. 2022, arXiv 2205.05198, §5): QKᵀ and ·V, 2 x s²h
+        # multiply-accumulates a layer, 4s²h FLOPs (ViT-g/14: 4 x 257² x 1408 x 40 = 14.9 GFLOP an image, 0.9%).
+        core = 4 * shape.tokens**2 * shape.hidden_size * shape.num_hidden_layers
+        flops += settings.per_device_batch * core / sp
     if settings.teacher is not None:  # its forward on the micro-batch (sequence parallelism is refused beside it)
         flops += settings.per_device_batch * settings.teacher.forward_flops_per_image
     compute_s = flops / (settings.achievable_tflops * 1e12)
 
-    bandwidth = (
-        settings.intra_node_gbps if settings.nodes == 1 else min(settings.intra_node_gbps, settings.inter_node_gbps)
-    )
+    bandwidth = ring_link(settings)[1]
     regathered = None
     if engine.startswith("zero3"):
         regathered = shape.num_parameters - zero3_gathered_parameters(shape)
-    collective = collective_bytes_per_rank(
-        engine, shape.num_parameters, settings.world_size, settings.precision, regathered
-    )
-    collective_s = collective / (bandwidth * 1e9)
+    terms = communication_terms(engine, settings, regathered)
+    collective = sum(term.bytes_per_rank for term in terms)
+    collective_s = sum(term.seconds for term in terms)
 
     # Ulysses: per layer 4 all-to-alls forward (Q, K, V in, output back) and 4 backward, each moving (N-1)/N of the
     # rank's b × s/N × h activations (Jacobs et al. 2023, "DeepSpeed Ulysses", §3.2).
@@ -96,7 +186,7 @@ def engine_speed(engine: str, settings: PlanSettings) -> SpeedEstimate:
     sp_link = settings.intra_node_gbps if sp <= settings.gpus_per_node else bandwidth
     sp_s = sp_bytes / (sp_link * 1e9)
 
-    shard = math.ceil(shape.num_parameters / settings.world_size)
+    shard = math.ceil(shape.num_parameters / settings.shard_group(engine))
     host_bytes, cpu_opt_s = 0, 0.0
     if engine == "zero2_offload":
         host_bytes = 2 * p * shard  # gradient partition to the host, updated weights back
@@ -117,7 +207,7 @@ def engine_speed(engine: str, settings: PlanSettings) -> SpeedEstimate:
     step_s = sum(seconds.values())
     moved = {"collectives": collective, "sequence_parallel": sp_bytes, "host_transfer": host_bytes}
     images = settings.per_device_batch * settings.world_size / sp
-    return SpeedEstimate(seconds, moved, step_s, images / step_s, bandwidth)
+    return SpeedEstimate(seconds, moved, step_s, images / step_s, bandwidth, terms)
 
 
 def epoch_seconds(engine: str, settings: PlanSettings, train_images: int) -> dict[str, float]:

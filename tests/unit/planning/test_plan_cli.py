@@ -53,6 +53,8 @@ def test_bad_memory_exits_2_with_one_error_line():
         (["--network", "0"], "--network"),
         (["--memory_margin", "1.5"], "--memory_margin"),
         (["--gpu_name", "Voodoo3", "--precision", "bf16"], "--gpu_name"),
+        (["--patch_dropout", "1.0"], "--patch_dropout"),
+        (["--gradient_checkpointing", "--selective_checkpointing"], "--selective_checkpointing"),
     ],
 )
 def test_bad_values_exit_2(args, flag, capsys):
@@ -87,6 +89,7 @@ def test_json_output_parses():
         "zero3",
         "zero3_offload",
         "fsdp2",
+        "hsdp",  # more than one node: FSDP2 sharded in the node, replicated across nodes
     ]
     for option in report["options"]:
         memory, phases = option["memory"], option["memory"]["phases"]
