@@ -25,6 +25,23 @@ def _teacher_flops(flops: dict) -> str:
     return f" + teacher {teacher / 1e9:.3f} GFLOP forward/image ({share:.1%} of those counted)"
 
 
+def compile_line(compile_facts: dict, warmup_steps: int) -> str | None:
+    """What torch.compile did, for the table: None when it was neither asked for nor done; otherwise the graphs,
+    the recompilations after warm-up and the compile time, said to be inside or outside the warm-up steps."""
+    if not compile_facts.get("requested") and not any(compile_facts.get("graphs_per_rank") or []):
+        return None
+    c = compile_facts
+    if not c["compiled"]:
+        return f"compile      NOT COMPILED: a rank compiled no graph in training (per rank: {c['graphs_per_rank']})"
+    where = "inside" if c["compiled_within_warmup"] else "NOT all inside"
+    return (
+        f"compile      {c['backend'] or 'default backend'}: {c['graphs_per_rank']} graph(s) per rank, "
+        f"{c['recompiles_after_warmup']} recompiled after warm-up; {c['compile_time_s']:.1f} s compiling, last at "
+        f"step {c['last_compile_step']}, {where} the {warmup_steps} warm-up steps ({c['warmup_time_s']:.1f} s, "
+        "excluded)"
+    )
+
+
 def format_report(report: dict) -> str:
     """A readable table of the report, printed once by the main process."""
     s, t, st, fl, mem, rk = (report[k] for k in ("setup", "throughput", "step_time_s", "flops", "memory", "ranks"))
@@ -68,6 +85,9 @@ def format_report(report: dict) -> str:
         f"ranks        fastest {rk['fastest_rank']}, slowest {rk['slowest_rank']}, spread "
         f"{_fmt(rk['spread'], '.2f', 'x')}, est. wait at gradient sync {rk['est_sync_wait_s_total']:.2f} s in all",
     ]
+    compiled = compile_line(report["compile"], t["warmup_steps"])
+    if compiled is not None:
+        lines.append(compiled)
     for row in rk["per_rank"]:
         lines.append(
             f"  rank {row['rank']:<3} {row['hostname'][:16]:<16} work/step "

@@ -5,7 +5,7 @@ docs/throughput.md is checked against `REPORT_SCHEMA` by the tests, so the page 
 
 import json
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 REPORT_FILENAME = "throughput.json"
 
 REPORT_SCHEMA: dict[str, dict[str, str]] = {
@@ -77,6 +77,20 @@ REPORT_SCHEMA: dict[str, dict[str, str]] = {
         "spread": "slowest / fastest own work",
         "est_sync_wait_s_total": "seconds all ranks waited at gradient synchronisation",
     },
+    "compile": {
+        "requested": "--torch_compile was given (the flag; what happened is `compiled`)",
+        "backend": "the torch.compile backend asked for (e.g. inductor); null when not requested",
+        "compiled": "dynamo compiled a graph inside the training steps of every rank (its counters, not the flag)",
+        "graphs_per_rank": "graphs dynamo compiled inside training steps, per rank (forward and backward graphs "
+        "count as one; an evaluation's graphs are not counted)",
+        "recompiles_after_warmup": "graphs compiled after the warm-up steps, on the rank with the most: 0 on a "
+        "fixed shape, more after a shape or guard change",
+        "last_compile_step": "the last optimizer step (1-based) in which a rank compiled a graph; null: none",
+        "compile_time_s": "seconds dynamo and its backend spent compiling inside training steps (slowest rank)",
+        "warmup_time_s": "wall seconds of the warm-up steps (slowest rank), left out of every steady-state figure",
+        "compiled_within_warmup": "last_compile_step <= warmup_steps: no compile time in the steady-state figures; "
+        "null when nothing was compiled",
+    },
 }
 
 
@@ -110,8 +124,16 @@ def upgrade_v2(report: dict) -> dict:
     return report
 
 
+def upgrade_v3(report: dict) -> dict:
+    """Version 3 files (before torch.compile was reported) read as version 4: what compile did was not recorded, so
+    every figure of the `compile` section is null."""
+    report.setdefault("compile", dict.fromkeys(REPORT_SCHEMA["compile"]))
+    report["schema_version"] = 4
+    return report
+
+
 def load_throughput_report(path: str) -> dict:
-    """Read a throughput.json (version 3, or versions 1 and 2 upgraded), checking every section and key."""
+    """Read a throughput.json (version 4, or versions 1 to 3 upgraded), checking every section and key."""
     with open(path, encoding="utf-8") as f:
         report = json.load(f)
     version = report.get("schema_version")
@@ -120,6 +142,9 @@ def load_throughput_report(path: str) -> dict:
         version = 2
     if version == 2:
         report = upgrade_v2(report)
+        version = 3
+    if version == 3:
+        report = upgrade_v3(report)
     elif version != SCHEMA_VERSION:
         raise ValueError(f"{path}: throughput report schema {version!r}; this version reads 1 to {SCHEMA_VERSION}")
     missing = [

@@ -6,11 +6,12 @@ them from TrainingArguments, the model and the engine): engine, per_device_train
 gradient_accumulation_steps, zero_stage, offload, precision, image_size, patch_size, tokens_per_image,
 num_parameters, forward_macs_per_image, train_flops_per_image, teacher_forward_flops_per_image (None without a
 distillation teacher), versions, simulated_slow_ranks, rank_batches, sequence_parallel_size,
-warmup_steps, peak_tflops, peak_source, memory_kind.
+warmup_steps, peak_tflops, peak_source, memory_kind, torch_compile (the flag), compile_backend.
 
 Per-rank figures (one dict per rank, in rank order): steps, images, measured_time, compute_mean, data_wait_mean,
 forward_mean, input_mean, step_time_mean, step_time_median, step_time_p90, own_work (per measured step), memory
-({allocated_peak_bytes, reserved_peak_bytes, rss_peak_bytes}), device, hostname, node.
+({allocated_peak_bytes, reserved_peak_bytes, rss_peak_bytes}), device, hostname, node, compile
+({graphs, graphs_after_warmup, last_compile_step, compile_time_s, warmup_time_s}: `compilation.CompileWatch`).
 """
 
 import numpy as np
@@ -108,6 +109,27 @@ def teacher_flops_fraction(setup: dict) -> float | None:
     return teacher / counted_flops_per_image(setup) if teacher is not None else None
 
 
+def compile_section(per_rank: list[dict], setup: dict) -> dict:
+    """What torch.compile did, from every rank's dynamo counters (`compilation.CompileWatch`): compiled only when
+    every rank compiled a graph inside its training steps, whatever the flag said; the largest count of graphs
+    compiled after warm-up (recompilations); whether every compile fell inside the warm-up steps, which the
+    steady-state figures leave out."""
+    figures = [r["compile"] for r in per_rank]
+    steps = [f["last_compile_step"] for f in figures if f["last_compile_step"] is not None]
+    last = max(steps) if steps else None
+    return {
+        "requested": setup["torch_compile"],
+        "backend": setup["compile_backend"],
+        "compiled": all(f["graphs"] > 0 for f in figures),
+        "graphs_per_rank": [f["graphs"] for f in figures],
+        "recompiles_after_warmup": max(f["graphs_after_warmup"] for f in figures),
+        "last_compile_step": last,
+        "compile_time_s": max(f["compile_time_s"] for f in figures),
+        "warmup_time_s": max(f["warmup_time_s"] for f in figures),
+        "compiled_within_warmup": last <= setup["warmup_steps"] if last is not None else None,
+    }
+
+
 def summarize(per_rank: list[dict], setup: dict) -> dict:
     """The report (schema `REPORT_SCHEMA`) from every rank's figures and the run's setup."""
     world, sp = len(per_rank), setup["sequence_parallel_size"]
@@ -167,4 +189,5 @@ def summarize(per_rank: list[dict], setup: dict) -> dict:
         },
         "memory": _memory_section(per_rank, setup["memory_kind"]),
         "ranks": _ranks_section(per_rank),
+        "compile": compile_section(per_rank, setup),
     }

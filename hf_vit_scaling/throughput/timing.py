@@ -10,6 +10,9 @@ What is timed (per rank, wall clock, accelerator synchronised at each boundary):
   ~2x as much, so data wait + input hooks + 3 x forward estimates each rank's own work at the gradient sync.
 Images are counted as they enter the model's forward in training mode, on every rank, so uneven or short last
 batches are counted as they are. The first `warmup_steps` optimizer steps are excluded from every figure.
+Under `--torch_compile` dynamo's counters are read around every step (`compilation.CompileWatch`): the report says
+whether the model was really compiled, how many graphs and recompilations, and whether the compile time fell inside
+the warm-up steps.
 
 This module only measures. `summary.summarize` turns the gathered figures into the report, `report.format_report`
 prints it, `schema.REPORT_SCHEMA` says what every key means.
@@ -38,6 +41,7 @@ from hf_vit_scaling.models.flops import (
 )
 from hf_vit_scaling.models.presets import count_parameters
 from hf_vit_scaling.parallel.distributed import gather_object, rank_and_world
+from hf_vit_scaling.throughput.compilation import CompileWatch
 from hf_vit_scaling.throughput.report import format_report
 from hf_vit_scaling.throughput.schema import REPORT_FILENAME
 from hf_vit_scaling.throughput.summary import summarize
@@ -121,6 +125,7 @@ class ThroughputCallback(TrainerCallback):
         self.inputs: list[float] = []  # seconds in the input pre-hooks within each step
         self.images: list[int] = []  # images that entered forward within each step
         self.excluded_before: list[bool] = []  # an eval/save happened before this step began
+        self.compile_watch = CompileWatch()  # graphs dynamo compiled within each step
         self._step_begin = self._last_end = None
         self._paused = False
         self._fwd_start = self._fwd_time = self._input_time = 0.0
@@ -185,6 +190,7 @@ class ThroughputCallback(TrainerCallback):
         self.excluded_before.append(excluded)
         self._step_begin, self._paused = now, False
         self._fwd_time, self._input_time, self._step_images = 0.0, 0.0, 0
+        self.compile_watch.begin_step()
 
     def on_step_end(self, args, state, control, **kwargs):
         if self._step_begin is None:
@@ -197,6 +203,7 @@ class ThroughputCallback(TrainerCallback):
         self.images.append(self._step_images)
         self.step_ends.append(now)
         self._last_end = now
+        self.compile_watch.end_step()
 
     def on_evaluate(self, args, state, control, **kwargs):
         self._paused = True
@@ -270,12 +277,18 @@ class ThroughputCallback(TrainerCallback):
                 for i in idx
             ][-MAX_STEPS_GATHERED:],
             "memory": _memory(self.device_type, self.device),
+            "compile": self.compile_watch.figures(self.warmup_steps, self._step_seconds()),
             "device": _device_name(self.device),
             "hostname": platform.node(),
             # torchrun/accelerate export the node's rank as GROUP_RANK (NODE_RANK for some launchers): two "nodes"
             # on one host still count as two.
             "node": f"{platform.node()}#{os.environ.get('GROUP_RANK', os.environ.get('NODE_RANK', '0'))}",
         }
+
+    def _step_seconds(self) -> list[float]:
+        """Each step's wall seconds: compute, plus the data wait unless an evaluation or save came before it."""
+        steps = zip(self.compute, self.data_wait, self.excluded_before)
+        return [compute + (0.0 if excluded else wait) for compute, wait, excluded in steps]
 
     def _train_flops(self) -> int:
         """Training FLOPs per image: the ViT formula, or a CNN's counted forward x 3 (counted once)."""
@@ -321,6 +334,8 @@ class ThroughputCallback(TrainerCallback):
             "peak_tflops": self.peak_tflops,
             "peak_source": self.peak_source,
             "memory_kind": "allocated_peak_bytes" if self.device_type == "cuda" else "rss_peak_bytes",
+            "torch_compile": bool(args.torch_compile),
+            "compile_backend": args.torch_compile_backend if args.torch_compile else None,
         }
 
 

@@ -25,6 +25,8 @@ pinned by tests/unit/training/test_upstream.py.
   `compute_metrics` keeps them (`evaluation.ModuleComputeMetrics`); `run.finish_run` writes them.
 - `stop_signals`: e.g. "SIGTERM,SIGUSR1": on one of them every rank stops at the next optimizer step with a checkpoint,
   and `train` raises `TrainingInterrupted` (`interruption.StopOnSignal`; output_dir/interrupted.json says which).
+- `--torch_compile`: the model the loop trains is compiled under every engine, before the first step
+  (`compile.CompileEngine`); the throughput report says from dynamo's counters whether it was.
 Injected faults (`faults.FaultInjector`) do nothing unless the environment asks for them.
 """
 
@@ -36,6 +38,7 @@ from hf_vit_scaling.parallel.hetero import loss_weight, uneven_batch_loader
 from hf_vit_scaling.parallel.sequence_parallel import shard_dataloader_by_data_parallel_rank
 from hf_vit_scaling.regularization.layer_decay import LayerDecayReport, layer_decay_optimizer_cls_and_kwargs
 from hf_vit_scaling.throughput.timing import add_throughput_callback
+from hf_vit_scaling.training.compile import CompileEngine
 from hf_vit_scaling.training.faults import FaultInjector
 from hf_vit_scaling.training.interruption import StopOnSignal, parse_stop_signals
 from hf_vit_scaling.training.nonfinite import NonFiniteLossPolicy
@@ -76,6 +79,7 @@ class VitTrainer(UpstreamOverrides):
             self.add_callback(self.faults)
         signals = parse_stop_signals(stop_signals)
         self.stop_on_signal = self._attach(StopOnSignal(signals) if signals else None)
+        self.compile_engine = self._attach(CompileEngine(self))
         if throughput is not None:  # first in the callback list: its figures reach the reporting integrations
             add_throughput_callback(self, **throughput)
 

@@ -10,11 +10,14 @@ from tests.unit.throughput.figures import SETUP, rank_figures
 
 
 def _older(version: int) -> dict:
-    """A report as that schema version wrote it: version 2 had no teacher figures, version 1 neither the engine nor
-    sequence parallelism."""
+    """A report as that schema version wrote it: version 3 had no compile section, version 2 no teacher figures either,
+    version 1 neither the engine nor sequence parallelism."""
     report = summarize([rank_figures(10, 1.0, [0.1])], {**SETUP, "engine": "trainer", "zero_stage": None})
     old = json.loads(json.dumps(report))
     old["schema_version"] = version
+    del old["compile"]
+    if version == 3:
+        return old
     for key in ("teacher_forward_flops_per_image", "teacher_flops_fraction"):
         del old["flops"][key]
     if version == 1:
@@ -23,16 +26,21 @@ def _older(version: int) -> dict:
     return old
 
 
-def test_version_1_and_2_reports_load_as_version_3(tmp_path):
+def test_version_1_to_3_reports_load_as_version_4(tmp_path):
+    """Fails if an older report no longer loads, or loads with a compile section that claims anything (an old file
+    never recorded what compile did)."""
     (tmp_path / "v1.json").write_text(json.dumps(_older(1)))
     loaded = load_throughput_report(str(tmp_path / "v1.json"))
-    assert loaded["schema_version"] == 3 and loaded["setup"]["engine"] == "trainer"
+    assert loaded["schema_version"] == 4 and loaded["setup"]["engine"] == "trainer"
     assert loaded["setup"]["sequence_parallel_size"] == 1 and loaded["setup"]["tokens_per_rank"] == 65
     assert loaded["flops"]["teacher_forward_flops_per_image"] is None
     (tmp_path / "v2.json").write_text(json.dumps(_older(2)))
     loaded = load_throughput_report(str(tmp_path / "v2.json"))
-    assert loaded["schema_version"] == 3 and loaded["flops"]["teacher_flops_fraction"] is None
+    assert loaded["schema_version"] == 4 and loaded["flops"]["teacher_flops_fraction"] is None
     assert loaded["flops"]["mfu"] == _older(2)["flops"]["mfu"]  # the student's alone, as it was
+    (tmp_path / "v3.json").write_text(json.dumps(_older(3)))
+    loaded = load_throughput_report(str(tmp_path / "v3.json"))
+    assert loaded["schema_version"] == 4 and set(loaded["compile"].values()) == {None}
     (tmp_path / "v0.json").write_text(json.dumps({**_older(2), "schema_version": 0}))
-    with pytest.raises(ValueError, match="reads 1 to 3"):
+    with pytest.raises(ValueError, match="reads 1 to 4"):
         load_throughput_report(str(tmp_path / "v0.json"))
