@@ -5,7 +5,8 @@ Each published run is planned with a `recipes/plan.py` command, run in process t
 every planner figure here (tests/repo/test_planner_published.py re-runs them). Every input figure names its source:
 the run's report, model card, repository or documentation page, and the hardware's datasheet. Nothing is measured
 here: the published figures are the measurements, the planner's are its estimates with its default assumptions
-(40% of the datasheet's dense peak as achievable FLOP/s, the named link presets of `planning/shapes.py`).
+(40% of the datasheet's dense peak as the GEMMs' achievable FLOP/s, the datasheet's memory bandwidth for the layers'
+non-GEMM work, the named link presets of `planning/shapes.py`).
 
     python benchmarks/planner_published.py --output benchmarks/results/planner_published.json \
         --plot docs/planner_projection.png
@@ -38,8 +39,14 @@ HARDWARE = {
     "H100 SXM peak": {"value": 989.4, "unit": "TFLOP/s bf16 dense",
                       "source": "NVIDIA H100 Tensor Core GPU Architecture whitepaper, Table 2 (H100 SXM5 dense "
                                 "BF16 989.4; the datasheet's 1,979 is with sparsity)"},
-    "achievable share of peak": {"value": 0.4, "unit": "fraction",
+    "achievable share of peak": {"value": 0.4, "unit": "fraction, GEMMs only",
                                  "source": "the planner's default --mfu: an assumption, not a measurement"},
+    "A100 40GB memory bandwidth": {"value": 1555.0, "unit": "GB/s HBM2",
+                                   "source": "NVIDIA A100 Tensor Core GPU datasheet (A100 40GB: 1,555 GB/s)"},
+    "A100 80GB SXM memory bandwidth": {"value": 2039.0, "unit": "GB/s HBM2e",
+                                       "source": "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM: 2,039 GB/s)"},
+    "H100 SXM memory bandwidth": {"value": 3350.0, "unit": "GB/s HBM3",
+                                  "source": "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM: 3.35 TB/s)"},
     "NVLink A100 (nvlink3)": {"value": 230.0, "unit": "GB/s bus bandwidth assumed",
                               "source": "A100 datasheet: NVLink 600 GB/s (300 GB/s per direction)"},
     "NVLink H100 (nvlink4)": {"value": 360.0, "unit": "GB/s bus bandwidth assumed",
@@ -153,10 +160,13 @@ def planned(flags: list[str], engine: str | None) -> dict:
         "max_batch": option.max_batch,
         "double_batch_fits": largest_batch(chosen, settings) >= 2 * settings.per_device_batch,
         "step_s": round(speed.step_s, 4),
-        "compute_s": round(speed.seconds["compute"], 4),
-        "communication_s": round(speed.step_s - speed.seconds["compute"], 4),
+        "compute_s": round(speed.device_s, 4),
+        "gemm_s": round(speed.seconds["compute"], 4),
+        "non_gemm_s": round(speed.seconds["non_gemm"], 4),
+        "communication_s": round(speed.communication_s, 4),
         "images_per_s": round(speed.images_per_s, 1),
         "achievable_tflops": round(settings.achievable_tflops, 2),
+        "hbm_gbps": settings.hbm_gbps,
         "peak_tflops": round(settings.achievable_tflops / args.mfu, 2),
         "train_gflop_per_image": round(train_flops_per_image(settings.shape) / 1e9, 2),
         "communication": [
@@ -227,8 +237,8 @@ def projection() -> list[dict]:
                         "model": model, "scaling": scaling, "network": network, "gpus": gpus, "batch": batch,
                         "command": command(flags), "recommended": result.recommended, "fastest": fastest.engine,
                         "step_s": round(chosen.speed.step_s, 4),
-                        "compute_s": round(chosen.speed.seconds["compute"], 4),
-                        "communication_s": round(chosen.speed.step_s - chosen.speed.seconds["compute"], 4),
+                        "compute_s": round(chosen.speed.device_s, 4),
+                        "communication_s": round(chosen.speed.communication_s, 4),
                         "communication_bound": chosen.speed.communication_bound,
                         "images_per_s": round(chosen.speed.images_per_s, 1),
                         "fastest_images_per_s": round(fastest.speed.images_per_s, 1),

@@ -319,6 +319,47 @@ def lookup_peak_tflops(device_name: str, precision: str) -> float | None:
     return PEAK_TFLOPS[key].get(precision.lower())
 
 
+# Peak memory (HBM / GDDR) bandwidth per GPU in GB/s (10^9 bytes/s), from the same datasheets as PEAK_TFLOPS, keyed
+# like it; where one name covers boards with different memories, one entry per memory size in GiB as the board is
+# sold (recipes/plan.py's --gpu_memory). The planner's non-GEMM time is bytes / this (`planning.speed`).
+HBM_GBPS: dict[str, dict[int, float]] = {
+    "T4": {16: 320.0},  # T4 datasheet: 16 GB GDDR6, 320+ GB/s
+    "GTX 1070": {8: 256.0},  # GTX 1070 spec page: 8 GB GDDR5, 256 GB/s
+    "P4": {8: 192.0},  # Tesla P4 datasheet: 8 GB GDDR5, 192 GB/s
+    "V100": {16: 900.0, 32: 900.0},  # V100 datasheet: SXM2 and PCIe 900 GB/s (HBM2)
+    "V100-PCIE": {16: 900.0, 32: 900.0},
+    "V100S": {32: 1134.0},  # V100S PCIe: 1,134 GB/s
+    "RTX 3070": {8: 448.0},  # GA102 whitepaper / RTX 3070 spec: 8 GB GDDR6, 448 GB/s
+    "RTX A4500": {20: 640.0},  # RTX A4500 datasheet: 20 GB GDDR6, 640 GB/s
+    "A10": {24: 600.0},  # A10 datasheet: 24 GB GDDR6, 600 GB/s
+    "A40": {48: 696.0},  # A40 datasheet: 48 GB GDDR6, 696 GB/s
+    "L4": {24: 300.0},  # L4 datasheet: 24 GB GDDR6, 300 GB/s
+    # A100 datasheet: 40GB (PCIe and SXM) HBM2 1,555 GB/s; 80GB SXM HBM2e 2,039 GB/s (80GB PCIe: 1,935). The table's
+    # "A100" names both form factors; 80 GB is taken as the SXM board, which DGX A100 nodes carry.
+    "A100": {40: 1555.0, 80: 2039.0},
+    # H100 datasheet: H100 SXM 80 GB HBM3 3.35 TB/s; H100 PCIe 80 GB HBM2e 2 TB/s; H100 NVL 94 GB HBM3 3.9 TB/s.
+    "H100": {80: 3350.0},
+    "H100 PCIe": {80: 2000.0},
+    "H100 NVL": {94: 3900.0},
+    # H200 datasheet: 141 GB HBM3e, 4.8 TB/s (SXM and NVL).
+    "H200 NVL": {141: 4800.0},
+    "H200": {141: 4800.0},
+}
+
+
+def lookup_hbm_gbps(device_name: str, memory_gib: float | None = None) -> float | None:
+    """Datasheet memory bandwidth (GB/s) of ``device_name``, for the board with ``memory_gib`` GiB where the name
+    covers several (A100 40 GB: 1,555; 80 GB: 2,039). A memory size the table lacks gets the slowest of the name's
+    boards, so the estimate errs towards slower. None for an unknown device."""
+    key = match_device_key(device_name)
+    if key is None or key not in HBM_GBPS:
+        return None
+    boards = HBM_GBPS[key]
+    if memory_gib is not None and round(memory_gib) in boards:
+        return boards[round(memory_gib)]
+    return min(boards.values())
+
+
 def _synchronize(device: torch.device) -> None:
     """Wait for queued kernels so wall-clock timings cover the work (CPU ops are already synchronous)."""
     if device.type == "cuda":

@@ -101,6 +101,9 @@ class PlanSettings:
     sequence_parallel_size: int = 1
     memory_margin: float = 0.10
     achievable_tflops: float = 125.0
+    # Memory bandwidth for the layers' non-GEMM work (`speed.non_gemm_bytes_per_image`); None leaves that term out, as
+    # for a measured --achievable_tflops, whose epoch already spent that time.
+    hbm_gbps: float | None = None
     intra_node_gbps: float = INTERCONNECTS["nvlink3"]
     inter_node_gbps: float = NETWORKS["ib-hdr"]
     host_link_gbps: float = INTERCONNECTS["pcie4"]

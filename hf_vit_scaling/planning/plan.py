@@ -48,8 +48,9 @@ class Plan:
             "recommended": self.recommended,
             "reason": self.reason,
             "notes": [
-                "Estimates, not measurements. Step time = compute + communication with no overlap; bandwidths, "
-                "achievable TFLOP/s and CPU Adam speed are stated inputs (assumptions unless you measured them).",
+                "Estimates, not measurements. Step time = compute (GEMM FLOPs at the achievable TFLOP/s + non-GEMM "
+                "bytes at the HBM bandwidth) + communication with no overlap; bandwidths, achievable TFLOP/s and CPU "
+                "Adam speed are stated inputs (assumptions unless you measured them).",
                 "Peak memory = static + max(end of forward, start of backward, end of backward, optimizer step); the "
                 "margin is kept free for the CUDA context, NCCL buffers and allocator fragmentation.",
             ],

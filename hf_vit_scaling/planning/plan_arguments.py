@@ -9,7 +9,7 @@ from hf_vit_scaling.arguments.distillation import check_teacher_folder
 from hf_vit_scaling.arguments.mae import MaeArguments
 from hf_vit_scaling.arguments.parser import DataclassParser
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.models.flops import lookup_peak_tflops
+from hf_vit_scaling.models.flops import lookup_hbm_gbps, lookup_peak_tflops
 from hf_vit_scaling.models.mae import DECODER_FIELDS
 from hf_vit_scaling.models.presets import ALL_PRESETS, MODEL_PRESETS, preset_config
 from hf_vit_scaling.planning.memory import PlanSettings
@@ -105,7 +105,11 @@ class PlanArguments:
         default=None, metadata={"help": "Achieved TFLOP/s per GPU (from a throughput.json); default: peak x --mfu."}
     )
     mfu: float = field(
-        default=0.4, metadata={"help": "Assumed model-FLOPs utilisation when --achievable_tflops is not given."}
+        default=0.4,
+        metadata={
+            "help": "Assumed share of the dense peak the matrix multiplications reach when --achievable_tflops is not "
+            "given; the layers' element-wise work is timed apart, at the GPU's datasheet memory bandwidth."
+        },
     )
     cpu_adam_gparams_per_s: float = field(
         default=1.0, metadata={"help": "Assumed CPU Adam speed per rank for the offload variants (G params/s)."}
@@ -257,6 +261,14 @@ def achievable_tflops(args: PlanArguments) -> float:
     return peak * args.mfu
 
 
+def hbm_gbps(args: PlanArguments) -> float | None:
+    """The --gpu_name's datasheet memory bandwidth for the planner's non-GEMM term; None with a measured
+    --achievable_tflops, whose measurement already spent the time that term stands for."""
+    if args.achievable_tflops is not None:
+        return None
+    return lookup_hbm_gbps(args.gpu_name, parse_memory_size(args.gpu_memory) / GiB)
+
+
 def teacher_from(args: PlanArguments, image_size: int) -> TeacherShape | None:
     """The teacher of `--teacher_model` at the student's image size: a preset with --num_labels classes, or a
     saved folder's config.json (its weights are not read)."""
@@ -300,6 +312,7 @@ def settings_from(args: PlanArguments, ds_configs_dir: str) -> PlanSettings:
         sequence_parallel_size=args.sequence_parallel_size,
         memory_margin=args.memory_margin,
         achievable_tflops=achievable_tflops(args),
+        hbm_gbps=hbm_gbps(args),
         intra_node_gbps=resolve_bandwidth(args.interconnect, INTERCONNECTS, "--interconnect"),
         inter_node_gbps=resolve_bandwidth(args.network, NETWORKS, "--network"),
         host_link_gbps=resolve_bandwidth(args.host_link, INTERCONNECTS, "--host_link"),
@@ -314,6 +327,7 @@ def plan_inputs(args: PlanArguments) -> dict:
     return {
         "gpu_name": args.gpu_name,
         "mfu": None if args.achievable_tflops is not None else args.mfu,
+        "hbm_gbps": hbm_gbps(args),
         "interconnect": args.interconnect,
         "network": args.network,
         "host_link": args.host_link,

@@ -34,6 +34,12 @@ def checkpointing(s: PlanSettings) -> str:
     return "selective checkpointing (attention core)" if s.selective_checkpointing else "gradient checkpointing off"
 
 
+def hbm_text(s: PlanSettings) -> str:
+    if s.hbm_gbps is None:
+        return "no separate memory-bound term (in the measured TFLOP/s)"
+    return f"{s.hbm_gbps:g} GB/s HBM for the non-GEMM work"
+
+
 def communication_lines(option) -> list[str]:
     """The recommended engine's collectives per step: bytes per rank, link class, bandwidth, seconds."""
     terms = option.speed.terms
@@ -68,6 +74,7 @@ def format_plan(result: Plan) -> str:
         f"device, {s.precision}, {checkpointing(s)}, sequence parallel {s.sequence_parallel_size}",
         f"Cluster: {s.nodes} node(s) x {s.gpus_per_node} GPUs of {s.gpu_memory_bytes / GiB:.1f} GiB, "
         f"margin {s.memory_margin:.0%}; assumed: {s.achievable_tflops:g} TFLOP/s achievable per GPU, "
+        f"{hbm_text(s)}, "
         f"{s.intra_node_gbps:g} GB/s in a node, {s.inter_node_gbps:g} GB/s between nodes, "
         f"{s.host_link_gbps:g} GB/s host link, CPU Adam {s.cpu_adam_gparams_per_s:g} G params/s",
         *teacher_lines(s),
@@ -87,7 +94,7 @@ def format_plan(result: Plan) -> str:
     rows = []
     for o in result.options:
         parts, speed = o.memory.parts, o.speed
-        communication = speed.step_s - speed.seconds["compute"]
+        communication = speed.communication_s
         rows.append(
             [o.name, *(_gib(parts[k]) for k in parts), _gib(o.memory.peak), _gib(o.memory.usable)]
             + ["yes" if o.memory.fits else "no", str(o.max_batch), f"{speed.step_s:.3f}", f"{communication:.3f}"]
@@ -101,8 +108,9 @@ def format_plan(result: Plan) -> str:
         "",
         "Memory in GiB per rank. peak = static + max(end of forward, start of backward, end of backward, optimizer "
         "step): gradients and activations are not live together, so the columns do not add up to it.",
-        "Step time is an estimate: compute + communication, no overlap (comm s: collectives, host transfers and CPU "
-        "Adam); the bandwidths and TFLOP/s above are inputs.",
+        "Step time is an estimate: compute (GEMMs at the TFLOP/s above + LayerNorms, activations, residual adds and "
+        "bias gradients at the HBM bandwidth) + communication, no overlap (comm s: collectives, host transfers and "
+        "CPU Adam); the bandwidths and TFLOP/s above are inputs.",
     ]
     notes = [f"  {o.name}: {note}" for o in result.options for note in o.memory.notes]
     if notes:

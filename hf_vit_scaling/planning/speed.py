@@ -5,10 +5,13 @@ Speed
 -----
 Compute: images × training FLOPs per image (`flops.train_flops_per_image`: the ViT or the MAE formula, ×4/3 with
 gradient checkpointing, which reruns the forward; + a distillation teacher's forward FLOPs, no backward) ÷ an
-achievable TFLOP/s that the caller states. Communication: bytes each rank sends per step ÷ the link's bus
-bandwidth, with the ring-algorithm volumes of NCCL's performance notes (nccl-tests
-`doc/PERFORMANCE.md`): all-reduce 2(N-1)/N × bytes, all-gather and reduce-scatter (N-1)/N × bytes. A ring that spans
-nodes is as fast as its slowest link, so the bandwidth is the node's network when there is more than one node.
+achievable TFLOP/s that the caller states, plus the layers' non-GEMM work (LayerNorms, activations, residual adds,
+bias gradients: `non_gemm_bytes_per_image`), which is bound by memory bandwidth: its bytes ÷ the GPU's datasheet HBM
+bandwidth (`PlanSettings.hbm_gbps`; off for a measured TFLOP/s, which already includes it). Communication: bytes
+each rank sends per step ÷ the link's bus bandwidth, with the ring-algorithm volumes of NCCL's performance notes
+(nccl-tests `doc/PERFORMANCE.md`): all-reduce 2(N-1)/N × bytes, all-gather and reduce-scatter (N-1)/N × bytes. A
+ring that spans nodes is as fast as its slowest link, so the bandwidth is the node's network when there is more than
+one node.
 Compute and communication are added (no overlap assumed), so the step time is an upper-bound-style estimate.
 `communication_terms` lists every collective of a step: what it moves, the bytes each rank sends, the link class it
 crosses (intra-node: NVLink/PCIe; a ring across nodes: the slower of that and the network; inter-node only, for
@@ -25,12 +28,13 @@ from dataclasses import dataclass, field
 
 from hf_vit_scaling.models.flops import train_flops_per_image
 from hf_vit_scaling.planning.memory import PlanSettings, zero3_gathered_parameters
-from hf_vit_scaling.planning.shapes import HSDP, VitShape, bytes_per_element
+from hf_vit_scaling.planning.shapes import HSDP, MaeShape, VitShape, bytes_per_element
 
 
 @dataclass
 class SpeedEstimate:
-    """One optimizer step on one rank: `seconds` and `bytes` by part (compute, collectives, sequence_parallel,
+    """One optimizer step on one rank: `seconds` and `bytes` by part (compute: the GEMMs and attention core at the
+    achievable TFLOP/s; non_gemm: the layers' memory-bound work at HBM bandwidth; collectives, sequence_parallel,
     host_transfer, cpu_optimizer), their sum `step_s`, the global throughput, and the bandwidth the collectives
     were given."""
 
@@ -42,9 +46,19 @@ class SpeedEstimate:
     terms: list[CommTerm] = field(default_factory=list)
 
     @property
+    def device_s(self) -> float:
+        """The GPU's own work in a step: GEMM time + non-GEMM (memory-bound) time."""
+        return self.seconds["compute"] + self.seconds["non_gemm"]
+
+    @property
+    def communication_s(self) -> float:
+        """The step less the GPU's own work: collectives, all-to-alls, host transfers, CPU Adam."""
+        return self.step_s - self.device_s
+
+    @property
     def communication_bound(self) -> bool:
         """Whether the step spends at least as long communicating as computing (no overlap assumed)."""
-        return self.step_s - self.seconds["compute"] >= self.seconds["compute"]
+        return self.communication_s >= self.device_s
 
 
 @dataclass
@@ -153,6 +167,63 @@ def communication_terms(
     ]
 
 
+def layer_stacks(shape: VitShape) -> list[tuple[int, int, int, int, str]]:
+    """The transformer stacks one image runs through, as (layers, tokens, width, MLP width, MLP kind): a ViT's
+    layers on its tokens; an MAE's encoder on the visible tokens and its (GELU) decoder on every token."""
+    if isinstance(shape, MaeShape):
+        return [
+            (shape.num_hidden_layers, shape.visible_tokens, shape.hidden_size, shape.intermediate_size, shape.mlp),
+            (shape.decoder_num_hidden_layers, shape.all_tokens, shape.decoder_hidden_size,
+             shape.decoder_intermediate_size, "gelu"),
+        ]  # fmt: skip
+    return [(shape.num_hidden_layers, shape.tokens, shape.hidden_size, shape.intermediate_size, shape.mlp)]
+
+
+def layer_non_gemm_elements(tokens: int, width: int, inter: int, mlp: str) -> dict[str, int]:
+    """Elements one pre-norm layer's non-GEMM kernels read + write for one image, forward and backward.
+
+    Each element-wise or normalising kernel streams its inputs from HBM and its output back; it does a handful of
+    FLOPs per element, far below what it would take to be compute bound, so its time is its bytes ÷ bandwidth. With
+    e = s·h elements of a token-by-width activation and m = s·I of the MLP's hidden one (s tokens):
+
+    * forward: 2 LayerNorms (read x, write y: 2e each), 2 residual adds (read 2, write 1: 3e each), the activation:
+      GELU reads and writes m (2m), SwiGLU reads its two halves and writes the product (3m): 10e + 2m | 3m;
+    * backward: 2 LayerNorm backwards (read dy and x, write dx: 3e each), the 2 residual streams' gradient sums (3e
+      each), the activation's backward: GELU reads dy and its input, writes dx (3m), SwiGLU reads dy and both
+      halves, writes both gradients (5m); the bias gradients, a reduction over tokens of each projection's output
+      gradient (q, k, v, o and the MLP's output: 5e; the MLP's input projection: m, SwiGLU's fused one 2m):
+      17e + 4m | 7m.
+
+    Not counted: bias adds in forward (they run in the GEMM's epilogue: torch's addmm via cuBLASLt, Megatron's
+    fused bias-GELU and bias-dropout-add); dropout (the planner's shapes have none); the attention core, which is
+    assumed to be a fused kernel (FlashAttention, as SDPA on GPUs and NeMo use, the planner's memory model too): the
+    s x s scores and softmax never reach HBM and its QKᵀ and ·V FLOPs are in the GEMM term; the patch embedding,
+    final LayerNorm, head and loss (once per image, not per layer); layout copies; the optimizer step.
+    """
+    e, m = tokens * width, tokens * inter
+    swiglu = mlp == "swiglu"
+    forward = 2 * 2 * e + 2 * 3 * e + (3 if swiglu else 2) * m
+    backward = 2 * 3 * e + 2 * 3 * e + (5 if swiglu else 3) * m + 5 * e + (2 if swiglu else 1) * m
+    return {"forward": forward, "backward": backward}
+
+
+def non_gemm_bytes_per_image(shape: VitShape, precision: str, gradient_checkpointing: bool = False) -> int:
+    """HBM bytes one training image's non-GEMM kernels move (`layer_non_gemm_elements` over every layer), in the
+    working dtype's p bytes an element (bf16/fp16: 2, fp32: 4); full activation checkpointing runs each forward
+    kernel once more. Selective recomputation adds nothing here: it reruns the fused attention core only.
+
+    Worked example, ViT-B/16 at 224 px, batch 1, bf16: e = 197 x 768 = 151,296, m = 197 x 3,072 = 605,184; a layer
+    moves (10e + 2m) + (17e + 4m) = 27e + 6m = 7,716,096 elements, 12 layers x 2 bytes = 185,186,304 bytes (185 MB):
+    91 us at the A100 80GB's 2,039 GB/s, against 105.38 GFLOP / (312 x 0.4 TFLOP/s) = 844 us of GEMMs (+10.8%).
+    """
+    elements = 0
+    for layers, tokens, width, inter, mlp in layer_stacks(shape):
+        per_layer = layer_non_gemm_elements(tokens, width, inter, mlp)
+        passes = per_layer["forward"] * (2 if gradient_checkpointing else 1) + per_layer["backward"]
+        elements += layers * passes
+    return elements * bytes_per_element(precision)
+
+
 def engine_speed(engine: str, settings: PlanSettings) -> SpeedEstimate:
     """Step-time estimate: compute + collectives + sequence-parallel all-to-alls + host transfers + CPU Adam."""
     shape, sp = settings.shape, settings.sequence_parallel_size
@@ -168,6 +239,13 @@ def engine_speed(engine: str, settings: PlanSettings) -> SpeedEstimate:
     if settings.teacher is not None:  # its forward on the micro-batch (sequence parallelism is refused beside it)
         flops += settings.per_device_batch * settings.teacher.forward_flops_per_image
     compute_s = flops / (settings.achievable_tflops * 1e12)
+    # Step compute time = GEMM FLOPs / achievable FLOP/s + non-GEMM bytes / HBM bandwidth (a teacher's forward: its
+    # FLOPs only). Under sequence parallelism each rank holds s/N of the tokens, so 1/N of those bytes.
+    hbm_bytes, non_gemm_s = 0, 0.0
+    if settings.hbm_gbps is not None:
+        per_image = non_gemm_bytes_per_image(shape, settings.precision, settings.gradient_checkpointing)
+        hbm_bytes = settings.per_device_batch * per_image // sp
+        non_gemm_s = hbm_bytes / (settings.hbm_gbps * 1e9)
 
     bandwidth = ring_link(settings)[1]
     regathered = None
@@ -199,27 +277,33 @@ def engine_speed(engine: str, settings: PlanSettings) -> SpeedEstimate:
 
     seconds = {
         "compute": compute_s,
+        "non_gemm": non_gemm_s,
         "collectives": collective_s,
         "sequence_parallel": sp_s,
         "host_transfer": host_s,
         "cpu_optimizer": cpu_opt_s,
     }
     step_s = sum(seconds.values())
-    moved = {"collectives": collective, "sequence_parallel": sp_bytes, "host_transfer": host_bytes}
+    moved = {
+        "non_gemm": hbm_bytes,
+        "collectives": collective,
+        "sequence_parallel": sp_bytes,
+        "host_transfer": host_bytes,
+    }
     images = settings.per_device_batch * settings.world_size / sp
     return SpeedEstimate(seconds, moved, step_s, images / step_s, bandwidth, terms)
 
 
 def epoch_seconds(engine: str, settings: PlanSettings, train_images: int) -> dict[str, float]:
     """Estimated epoch time: each data-parallel rank gets ceil(images / replicas) images (PyTorch's
-    DistributedSampler pads to equal shares), computes them at the settings' TFLOP/s and pays the per-step
-    communication once per step, the last partial step included."""
+    DistributedSampler pads to equal shares), computes them at the settings' TFLOP/s and HBM bandwidth and pays
+    the per-step communication once per step, the last partial step included."""
     replicas = settings.world_size // settings.sequence_parallel_size
     per_rank = math.ceil(train_images / replicas)
     steps = math.ceil(per_rank / settings.per_device_batch)
     speed = engine_speed(engine, settings)
-    compute = per_rank / settings.per_device_batch * speed.seconds["compute"]
-    communication = steps * (speed.step_s - speed.seconds["compute"])
+    compute = per_rank / settings.per_device_batch * speed.device_s
+    communication = steps * speed.communication_s
     return {"steps": steps, "compute_s": compute, "communication_s": communication, "epoch_s": compute + communication}
 
 

@@ -10,8 +10,10 @@ import torch
 from transformers import ViTConfig
 
 from hf_vit_scaling.models.flops import (
+    HBM_GBPS,
     PEAK_TFLOPS,
     PRECISIONS,
+    lookup_hbm_gbps,
     lookup_peak_tflops,
     match_device_key,
     measure_matmul_peak_tflops,
@@ -366,3 +368,17 @@ def test_mae_worked_example_and_dispatch():
     assert forward_flops_per_image(vit_b) == 2 * 9_781_133_312  # what the throughput report counts
     assert train_flops_per_image(vit_b) == 6 * 9_781_133_312
     assert tokens_per_image(vit_b) == 197  # the decoder's sequence
+
+
+def test_every_gpu_with_a_peak_has_a_memory_bandwidth():
+    """The planner times non-GEMM work at the table's bandwidth for any --gpu_name with a peak: a GPU missing here
+    would silently plan without that term. A100 boards differ by memory (datasheet: 40GB 1,555, 80GB 2,039 GB/s);
+    an unlisted size gets the slowest board.
+
+    Fails if a PEAK_TFLOPS key has no HBM_GBPS entry, or if the lookup ignores the board's memory."""
+    assert set(HBM_GBPS) == set(PEAK_TFLOPS)
+    assert lookup_hbm_gbps("NVIDIA A100-SXM4-80GB", 80) == 2039.0
+    assert lookup_hbm_gbps("A100", 40) == 1555.0
+    assert lookup_hbm_gbps("A100", 48) == 1555.0
+    assert lookup_hbm_gbps("NVIDIA H100 80GB HBM3", 80) == 3350.0
+    assert lookup_hbm_gbps("Mystery GPU", 80) is None
