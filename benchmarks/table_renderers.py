@@ -436,3 +436,33 @@ def planner_worked_example(result: dict) -> str:
     """The worked example: its recipes/plan.py command and the plan it prints."""
     example = result["worked_example"]
     return f"```\n{example['command']}\n```\n\n```\n{example['output']}\n```"
+
+
+# compile_speed.json's engines and arms (benchmarks/synthetic_floor.py --compile), as the table names them.
+COMPILE_ENGINES = {"plain": "plain Trainer", "zero0": "ZeRO-0", "zero2": "ZeRO-2", "zero3": "ZeRO-3",
+                   "fsdp2": "FSDP2 (2 processes)"}  # fmt: skip
+COMPILE_ARMS = {"floor": "floor", "recipe": "recipe"}
+
+
+def compile_speed(result: dict) -> str:
+    """Per engine and arm, eager against compiled: median steady-state steps, the compiled/eager step rate with its
+    min-max over rounds, warm-up and compile seconds apart, graphs, and whether compiling stayed in the warm-up (a
+    bold **no** where it did not: that arm's steady-state figures hold compile time)."""
+    rows = []
+    for engine, by_arm in result["median_over_rounds"].items():
+        for arm, label in COMPILE_ARMS.items():
+            if arm not in by_arm:
+                continue
+            m = by_arm[arm]
+            rows.append([COMPILE_ENGINES[engine], label, f"{1000 * m['eager_step_s']:.1f} ms",
+                         f"{1000 * m['compiled_step_s']:.1f} ms",
+                         f"{m['speedup']:.2f}× ({m['speedup_min']:.2f}-{m['speedup_max']:.2f})",
+                         f"{m['eager_warmup_s']:.1f} / {m['compiled_warmup_s']:.1f} s", f"{m['compile_s']:.1f} s",
+                         ", ".join(str(g) for g in m["graphs_per_rank"]), str(m["recompiles_after_warmup"]),
+                         "yes" if m["compiled_within_warmup"] else strong("no")])  # fmt: skip
+    return table(
+        ["engine", "arm", "eager step", "compiled step", "compiled / eager step rate (min-max over rounds)",
+         "warm-up eager / compiled", "compile", "graphs per rank", "recompiled after warm-up",
+         "compiled within warm-up"],
+        rows,
+    )  # fmt: skip
