@@ -199,7 +199,23 @@ def optimizer_moments(folder, engine: str) -> dict[str, torch.Tensor]:
             for param in sorted(universal.iterdir())
             if param.is_dir()
         }
+        if engine.startswith("zero3"):
+            state["optimizer_files"] = zero3_step_count(folder)
     return {k: v.float() for k, v in flat_tensors(state).items() if k.split(".")[-1] in MOMENTS or k.endswith("param")}
+
+
+def zero3_step_count(folder) -> dict[str, torch.Tensor]:
+    """{"step": AdamW's step count} as every rank's ZeRO-3 optimizer file in `folder` saved it (the universal
+    folders hold no step.pt for ZeRO-3, so the moments alone leave it out). The count sets AdamW's bias corrections:
+    resumed 2 -> 1 through the universal checkpoint, DeepSpeed 0.19 restored 12 where checkpoint-6 saved 6, and the
+    run ended at 18 after 12 steps with exact weights."""
+    counts = set()
+    for path in sorted(Path(universal_tag_folder(str(folder))).glob("*optim_states.pt")):
+        saved = torch.load(path, map_location="cpu", weights_only=False)["optimizer_state_dict"]
+        state = saved.get("optimizer_state_dict", saved)["state"]
+        counts |= {float(entry["step"]) for entry in state.values() if "step" in entry}
+    assert len(counts) == 1, f"{folder}: the ranks' optimizer files hold step counts {sorted(counts)}"
+    return {"step": torch.tensor(counts.pop())}
 
 
 def moments_difference(expected: dict, got: dict, rtol: float) -> str | None:
@@ -231,7 +247,8 @@ def scheduler_state(folder) -> dict:
 @pytest.mark.parametrize("engine", MATRIX)
 def test_resumed_optimizer_moments_and_schedule_are_the_reference_run_s(engine_runs, resumed_runs, engine):
     """checkpoint-12 of the resumed run holds the uninterrupted run's AdamW moments (exp_avg, exp_avg_sq), step
-    counts and learning-rate schedule: compared directly, not only through the losses they lead to."""
+    counts (ZeRO-3's from its optimizer files) and learning-rate schedule: compared directly, not only through the
+    losses they lead to."""
     out, _ = resumed_runs(engine)
     assert_optimizer_state_is_the_reference_run_s(engine_runs[engine][0], out, engine)
     if engine == "ddp":  # the comparison can fail: three steps earlier the moments are other ones
@@ -241,11 +258,13 @@ def test_resumed_optimizer_moments_and_schedule_are_the_reference_run_s(engine_r
 
 
 def assert_optimizer_state_is_the_reference_run_s(reference_run, out, engine: str) -> None:
+    """Moments, step counts and schedule at step 12, against the reference's (ZeRO-3's step count required)."""
     reference = reference_run / f"checkpoint-{ENGINE_STEPS}"
     got_folder = out / f"checkpoint-{ENGINE_STEPS}"
     expected, got = optimizer_moments(reference, engine), optimizer_moments(got_folder, engine)
     kinds = {kind for key in expected for kind in MOMENTS if f".{kind}" in f".{key}"}
-    assert kinds >= {"exp_avg", "exp_avg_sq"}, sorted(expected)[:4]
+    required = {"exp_avg", "exp_avg_sq", *(["step"] if engine.startswith("zero3") else [])}
+    assert kinds >= required, f"{engine}: {sorted(kinds)} in {sorted(expected)[:4]}"
     differs = moments_difference(expected, got, rtol=1e-5)
     assert differs is None, f"{engine}: the optimizer state at step {ENGINE_STEPS} differs at {differs}"
     schedule = [scheduler_state(folder) for folder in (reference, got_folder)]
@@ -269,6 +288,8 @@ def test_resume_with_accumulation_gives_the_reference_run(engine_runs, resumed_r
 # wrong (12 where checkpoint-6 saved 6), so the updates after the resume drifted (rel. 9.9e-6 at step 8, 3.1e-4 by
 # step 11) while the weights were exact; `VitTrainer._correct_zero3_universal_adam_step` puts the saved count back.
 def test_zero3_resumed_on_one_process_through_the_universal_checkpoint(engine_runs, resumed_runs):
+    """Fails if the saved step count is not put back (`_correct_zero3_universal_adam_step` returning at once): the
+    step count at 12 is 18."""
     out, proc = resumed_runs("zero3", one=True)
     assert "saved by 2 process(es), this run has 1" in proc.stdout
     assert_resume_gives_the_reference_run(engine_runs["zero3"][0], out, "zero3, 2 -> 1")

@@ -31,6 +31,8 @@ from tests.helpers.launchers import (
     read_json,
     run_recipe,
     run_script,
+    steps_trained_since,
+    traced_lines,
 )
 
 pytestmark = pytest.mark.distributed
@@ -127,16 +129,20 @@ def test_teacher_is_whole_on_every_rank_frozen_and_outside_the_optimizer(teacher
 
 
 def test_sigkill_one_rank_then_resume_from_checkpoint_logs_the_uninterrupted_losses(teacher, zero2_token):
+    """The resumed process trains steps 5-8 on both ranks and no other (its own --trace_samples lines), to the
+    uninterrupted run's losses. Fails if the resume is a restart (checkpoint-4 deleted and `latest` given: steps 1-8
+    again give the same losses)."""
     out = teacher.parent / "zero2_token_killed"
-    args = ["--teacher_model", str(teacher), *ZERO2_TOKEN]
+    args = ["--teacher_model", str(teacher), *ZERO2_TOKEN, "--trace_samples", "true"]
     killed = run_recipe(out, *args, launcher="torchrun", nproc=2, check=False,
                         HF_VIT_SCALING_FAULTS=f"sigkill@{KILL_AT}:rank1")  # fmt: skip
     assert killed.returncode != 0 and "exitcode: -9" in killed.stderr  # torchrun saw rank 1 die of SIGKILL
     assert checkpoint_problem(out / "checkpoint-4") is None and not (out / "checkpoint-8").exists()
 
-    before = (teacher / "model.safetensors").read_bytes()
+    before, traced = (teacher / "model.safetensors").read_bytes(), traced_lines(out)
     resumed = run_recipe(out, *args, "--resume_from_checkpoint", str(out / "checkpoint-4"), launcher="torchrun",
                          nproc=2)  # fmt: skip
+    assert steps_trained_since(out, traced) == {f"rank{r}.jsonl": [5, 6, 7, 8] for r in (0, 1)}  # not from step 1
     assert f"resuming from {out / 'checkpoint-4'}" in resumed.stdout
     assert (teacher / "model.safetensors").read_bytes() == before
     assert logged_losses(out) == logged_losses(zero2_token["out"])  # all 8 steps, 5-8 retrained, bit for bit

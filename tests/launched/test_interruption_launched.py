@@ -1,6 +1,9 @@
 """SIGTERM to a one-process run and to torchrun: the run stops at a step boundary with a complete checkpoint, writes
 output_dir/interrupted.json, says `interrupted by SIGTERM at step N`, and the same command with
-`--resume_from_checkpoint latest` trains the remaining steps to the uninterrupted run's losses and weights.
+`--resume_from_checkpoint latest` trains the remaining steps to the uninterrupted run's losses and weights, and only
+those: every rank of the resumed process traces the steps after the stop and no other (`--trace_samples`). A resume
+that silently restarted from step 1 logs the same losses and ends with the same weights; the trace fails it (shown
+with the checkpoints deleted before the resumed run, so `latest` starts fresh).
 
 The reference is DDP's run of tests/helpers/engine_runs.py (2 x 16 images, 12 steps, a checkpoint every 3); the
 signal comes as step 5 starts, off that schedule, so checkpoint-5 exists only because the stop saved it. The signal
@@ -23,6 +26,7 @@ from tests.helpers.launchers import (
     read_json,
     run,
     steps_trained_since,
+    traced_lines,
 )
 from tests.launched.test_conformance import checkpoint_weights, first_difference, moments_difference, optimizer_moments
 
@@ -53,8 +57,11 @@ def assert_stopped_then_resumed_exactly(reference, out, launcher: str, nproc: in
         assert stopped.returncode == 75, detail  # "interrupted: run again" (torchrun reports its own failure)
     assert not any(s > step for trace in steps_trained_since(out, {}).values() for s in trace)
 
+    before = traced_lines(out)
     resumed = recipe(out, launcher, nproc, "--resume_from_checkpoint", "latest")
     assert resumed.returncode == 0, f"{resumed.stdout[-2000:]}\n{resumed.stderr[-3000:]}"
+    remaining = list(range(step + 1, ENGINE_STEPS + 1))
+    assert steps_trained_since(out, before) == {f"rank{r}.jsonl": remaining for r in range(nproc)}, "not a resume"
     assert f"resuming from {out / f'checkpoint-{step}'}" in resumed.stdout
     expected, got = losses_by_step(reference), losses_by_step(out)
     for s in range(step + 1, ENGINE_STEPS + 1):

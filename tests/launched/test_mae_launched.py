@@ -31,6 +31,8 @@ from tests.helpers.launchers import (
     read_json,
     run,
     run_recipe,
+    steps_trained_since,
+    traced_lines,
 )
 
 pytestmark = pytest.mark.distributed
@@ -97,13 +99,19 @@ def test_pretraining_logs_knn_accuracy_and_draws_the_picture(pretrained):
 
 
 def test_sigkill_one_rank_then_resume_logs_the_uninterrupted_losses(zero2):
+    """The resumed process trains steps 5-8 on both ranks and no other (its own --trace_samples lines), to the
+    uninterrupted run's losses and k-NN accuracies. Fails if the resume is a restart (checkpoint-4 deleted before
+    it: `latest` starts fresh, and steps 1-8 again give the same losses)."""
     out = zero2["out"].parent / "zero2_killed"
-    killed = run_recipe(out, *ZERO2, launcher="torchrun", nproc=2, script=PRETRAIN, check=False,
+    args = [*ZERO2, "--trace_samples", "true"]
+    killed = run_recipe(out, *args, launcher="torchrun", nproc=2, script=PRETRAIN, check=False,
                         HF_VIT_SCALING_FAULTS=f"sigkill@{KILL_AT}:rank1")  # fmt: skip
     assert killed.returncode != 0 and "exitcode: -9" in killed.stderr  # torchrun saw rank 1 die of SIGKILL
     assert checkpoint_problem(out / "checkpoint-4") is None and not (out / "checkpoint-8").exists()
-    resumed = run_recipe(out, *ZERO2, "--resume_from_checkpoint", "latest", launcher="torchrun", nproc=2,
+    traced = traced_lines(out)
+    resumed = run_recipe(out, *args, "--resume_from_checkpoint", "latest", launcher="torchrun", nproc=2,
                          script=PRETRAIN)  # fmt: skip
+    assert steps_trained_since(out, traced) == {f"rank{r}.jsonl": [5, 6, 7, 8] for r in (0, 1)}  # not from step 1
     assert f"resuming from {out / 'checkpoint-4'}" in resumed.stdout
     assert logged_losses(out) == logged_losses(zero2["out"])  # all 8 steps, 5-8 retrained, bit for bit
     assert len(logged_losses(out)) == 8

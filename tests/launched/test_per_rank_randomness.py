@@ -3,12 +3,13 @@
 Two processes train on a folder of one image copied many times, so the pixels the model sees on a rank differ from
 the other rank's only through the random draws (crop, flip, RandAugment, erasing, Mixup/CutMix). `--trace_samples`
 records, per rank and step, a fingerprint of the pixels after every input hook. Under sequence parallelism the ranks
-of one group must draw alike: that half is checked by test_sequence_parallel_launched.py on its run."""
+of one group draw alike and the groups apart: on the one image, since on different images (the SP tests' data) the
+groups' pixels differ whatever they draw."""
 
 import pytest
 
 from tests.helpers.builders import smooth_image
-from tests.helpers.launchers import run_recipe, sample_trace
+from tests.helpers.launchers import DS_CONFIGS, run_recipe, sample_trace
 
 STEPS = 4
 AUGMENTED = [
@@ -37,3 +38,20 @@ def test_two_ranks_draw_different_augmentations_of_the_same_image(tmp_path):
     for step in range(1, STEPS + 1):
         rank0, rank1 = trace[(0, step)]["pixels"], trace[(1, step)]["pixels"]
         assert rank0 != rank1, f"step {step}: both ranks augmented their identical images identically"
+
+
+@pytest.mark.distributed
+def test_sequence_parallel_groups_draw_alike_within_and_apart_across_on_the_same_image(tmp_path):
+    """4 processes, --sequence_parallel_size 2 (ZeRO-2): ranks 0-1 are data-parallel rank 0, ranks 2-3 rank 1. On the
+    device input path every draw comes from the default generator, so rank 2's pixels differ from rank 0's only if
+    its group was reseeded. Fails if every sequence-parallel rank keeps data-parallel rank 0's stream (one seed for
+    all groups: `PerRankRandomness` with `seed = None` whenever sequence_parallel_size > 1)."""
+    args = [str(one_image_folder(tmp_path / "images")) if a is None else a for a in AUGMENTED]
+    out = tmp_path / "out"
+    run_recipe(out, *args, "--ds_config", str(DS_CONFIGS / "zero2.json"), "--sequence_parallel_size", "2",
+               "--input_path", "device", launcher="torchrun", nproc=4)  # fmt: skip
+    trace = sample_trace(out)
+    for step in range(1, STEPS + 1):
+        group0, group1 = ([trace[(r, step)]["pixels"] for r in ranks] for ranks in ((0, 1), (2, 3)))
+        assert group0[0] == group0[1] and group1[0] == group1[1], f"step {step}: a group's ranks drew apart"
+        assert group0[0] != group1[0], f"step {step}: both groups augmented their identical images identically"

@@ -101,6 +101,13 @@ def assert_same_run(reference, resumed) -> None:
     assert logged_losses(resumed)[-1] == pytest.approx(logged_losses(reference)[-1], rel=1e-4)
 
 
+def assert_losses_from(reference, resumed, steps: list[int]) -> None:
+    """The resumed run logged the reference's loss at every one of `steps` (1 and 2 processes sum in other orders:
+    rel. 1e-4)."""
+    expected, got = losses_by_step(reference), losses_by_step(resumed)
+    assert [got.get(s) for s in steps] == pytest.approx([expected[s] for s in steps], rel=1e-4)
+
+
 def reference_run(tmp_path_factory, name, *args, nproc=2, batch=BATCH, schedule=SCHEDULE):
     out = tmp_path_factory.mktemp(name)
     run_recipe(
@@ -210,17 +217,24 @@ def test_zero3_torchrun_restarts_killed_job_from_latest_checkpoint(ref_zero2, tm
 
 
 def test_zero2_resume_one_process_on_two(ref_zero2_one_process, tmp_path):
+    """checkpoint-8 of one process resumed on two: each rank trains steps 9-14 and no other, to the one-process
+    run's loss at every one of them. Fails if the resume is a restart (--resume_from_checkpoint latest with the
+    checkpoint deleted: steps 1-14 on the same rows give the same last loss)."""
     out = tmp_path / "run"
     out.mkdir()
     shutil.copytree(ref_zero2_one_process / "checkpoint-8", out / "checkpoint-8")
     proc = run_recipe(
         out, *ZERO2, *SCHEDULE, "--resume_from_checkpoint", str(out / "checkpoint-8"), launcher="torchrun", nproc=2
     )
+    assert steps_trained_since(out, {}) == {f"rank{r}.jsonl": RESUMED for r in (0, 1)}  # not from step 1
     assert "saved by 1 process(es), this run has 2" in proc.stdout
-    assert logged_losses(out)[-1] == pytest.approx(logged_losses(ref_zero2_one_process)[-1], rel=1e-4)
+    assert_losses_from(ref_zero2_one_process, out, RESUMED)
 
 
 def test_failed_save_keeps_previous_checkpoint_and_resume_skips_the_partial_one(ref_zero2_one_process, tmp_path):
+    """The save of checkpoint-8 fails part-way; `latest` skips it and resumes from checkpoint-4: the resumed process
+    trains steps 5-14 and no other, to the uninterrupted run's loss at each. Fails if the resume is a restart (the
+    checkpoints deleted before it: `latest` starts fresh and reaches the same last loss)."""
     out = tmp_path / "run"
     args = [*ZERO2, *SCHEDULE, "--per_device_train_batch_size", str(2 * BATCH)]
     failed = run_recipe(out, *args, check=False, **{FAULTS: "save_fail@8"})
@@ -233,10 +247,13 @@ def test_failed_save_keeps_previous_checkpoint_and_resume_skips_the_partial_one(
     assert "checkpoint_complete.json" in checkpoint_problem(out / "checkpoint-8")
     assert (out / "checkpoint-8" / "config.json").is_file()  # the save did start: it failed part-way
 
+    before = traced_lines(out)
     resumed = run_recipe(out, *args, "--resume_from_checkpoint", "latest")
+    after_checkpoint_4 = list(range(SAVE_EVERY + 1, STEPS + 1))
+    assert steps_trained_since(out, before) == {"rank0.jsonl": after_checkpoint_4}  # not from step 1
     assert f"skipping {out / 'checkpoint-8'}" in resumed.stdout
     assert f"resuming from {out / 'checkpoint-4'}" in resumed.stdout
-    assert logged_losses(out)[-1] == pytest.approx(logged_losses(ref_zero2_one_process)[-1], rel=1e-4)
+    assert_losses_from(ref_zero2_one_process, out, after_checkpoint_4)
 
 
 def test_nan_loss_on_one_rank_stops_every_rank_with_one_message(tmp_path):

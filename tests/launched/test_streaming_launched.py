@@ -13,7 +13,16 @@ import pytest
 
 from hf_vit_scaling.training.checkpoints import checkpoint_problem
 from tests.helpers.builders import make_uint8_shards
-from tests.helpers.launchers import DS_CONFIGS, logged_losses, read_json, run, run_recipe, sample_trace
+from tests.helpers.launchers import (
+    DS_CONFIGS,
+    logged_losses,
+    read_json,
+    run,
+    run_recipe,
+    sample_trace,
+    steps_trained_since,
+    traced_lines,
+)
 
 pytestmark = pytest.mark.distributed
 
@@ -126,6 +135,9 @@ KILL_SCHEDULE = ["--max_steps", str(STEPS), "--save_strategy", "steps", "--save_
 
 
 def test_sigkill_one_rank_then_resume_trains_on_the_same_rows(tmp_path):
+    """The resumed process trains steps 16-20 on both ranks and no other (its own trace lines: the merged trace keeps
+    a step's last record, so a restart's records would replace the interrupted run's), on the uninterrupted run's
+    rows. Fails if the resume is a restart (the checkpoints deleted before it: `latest` starts fresh)."""
     root = make_uint8_shards(tmp_path / "data", shards=16, rows=24)
     args = [*ZERO2, *streaming_args(root, *KILL_SCHEDULE)]
     reference = tmp_path / "reference"
@@ -140,7 +152,10 @@ def test_sigkill_one_rank_then_resume_trains_on_the_same_rows(tmp_path):
     position = read_json(out / "checkpoint-15" / "data_position" / "rank1.json")
     assert (position["pass"], position["next_worker"]) == (1, 1)
 
+    traced = traced_lines(out)
     resumed = run_recipe(out, *args, "--resume_from_checkpoint", "latest", launcher="torchrun", nproc=2)
+    resumed_steps = list(range(3 * SAVE_EVERY + 1, STEPS + 1))
+    assert steps_trained_since(out, traced) == {f"rank{r}.jsonl": resumed_steps for r in (0, 1)}  # not from step 1
     assert f"resuming from {out / 'checkpoint-15'}" in resumed.stdout
     assert "data position: pass 1, 3 batches into it" in resumed.stdout
     assert read_json(out / "trainer_state.json")["global_step"] == STEPS

@@ -31,6 +31,16 @@ class SendAtStep(TrainerCallback):
             os.kill(os.getpid(), self.sig)
 
 
+class StepsRun(TrainerCallback):
+    """The optimizer steps this trainer itself ran, in order (a resumed trainer's history holds the checkpoint's)."""
+
+    def __init__(self):
+        self.steps = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.steps.append(state.global_step)
+
+
 def trainer(tmp_path, monkeypatch, stop_signals: str, max_steps: int = 8, save_steps: int = 4) -> VitTrainer:
     monkeypatch.delenv(FAULTS_ENV, raising=False)
     args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none", max_steps=max_steps,
@@ -75,15 +85,19 @@ def test_a_signal_stops_at_that_step_with_a_complete_checkpoint(tmp_path, monkey
 
 
 def test_resuming_after_the_stop_trains_the_remaining_steps_to_the_same_weights(tmp_path, monkeypatch):
+    """The resumed trainer runs steps 6-8 itself and ends with the uninterrupted run's weights. Fails if the resume
+    is a restart (`train()` without `resume_from_checkpoint`: steps 1-8, the same weights from the same seed)."""
     reference = trainer(tmp_path / "ref", monkeypatch, "none")
     reference.train()
     stopped = trainer(tmp_path, monkeypatch, "SIGTERM")
     stopped.add_callback(SendAtStep(signal.SIGTERM, 5))
     with pytest.raises(TrainingInterrupted):
         stopped.train()
-    resumed = trainer(tmp_path, monkeypatch, "SIGTERM")
+    resumed, ran = trainer(tmp_path, monkeypatch, "SIGTERM"), StepsRun()
+    resumed.add_callback(ran)
     resumed.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-5"))
     assert resumed.state.global_step == 8
+    assert ran.steps == [6, 7, 8]  # not 1-8: weights alone cannot tell a resume from a restart
     for key, tensor in reference.model.state_dict().items():
         assert torch.equal(resumed.model.state_dict()[key], tensor), key
 

@@ -36,6 +36,17 @@ def test_the_callback_reseeds_every_rank_but_the_first():
     assert torch.equal(draws_after_train_begin(2, sp_size=2), draws_after_train_begin(3, sp_size=2))  # one SP group
 
 
+def test_sequence_parallel_groups_draw_alike_within_and_apart_across():
+    """dp 2 x sp 2: ranks 0 and 1 (group 0) draw alike, ranks 2 and 3 (group 1) alike, and the groups apart. Fails if
+    every sequence-parallel rank keeps data-parallel rank 0's stream (one seed for all groups), which the launched
+    runs' traces cannot show on their own: the groups read other rows there."""
+    group0 = [draws_after_train_begin(r, sp_size=2) for r in (0, 1)]
+    group1 = [draws_after_train_begin(r, sp_size=2) for r in (2, 3)]
+    assert torch.equal(*group0) and torch.equal(*group1)
+    assert not torch.equal(group0[0], group1[0])
+    assert torch.equal(group1[0], draws_after_train_begin(1))  # group 1 draws as data-parallel rank 1 without SP
+
+
 def test_the_data_order_seed_is_pinned_unless_given():
     args = SimpleNamespace(seed=5, data_seed=None)
     pin_data_order_seed(args)
