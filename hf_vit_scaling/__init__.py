@@ -32,6 +32,8 @@ _EXPORTS = {
     "finish_run": ".training.run",
     "prepare_inputs": ".training.run",
     "prepare_world": ".training.run",
+    "exit_code_of": ".training.recipe",
+    "trainer_arguments": ".training.recipe",
     "VitTrainer": ".training.trainer",
 }
 

@@ -7,7 +7,8 @@
 - `TrainingInterrupted`: a stop signal (preemption, the time limit's warning) ended training at a step boundary with a
   checkpoint; the recipe prints `interrupted by ...` (not an error) and exits 75, "run me again" (resume).
 
-`exit_code_for(err)` is that mapping, kept beside the codes: a recipe's `except` clauses hand it the error.
+`exit_code_for(err)` is that mapping, kept beside the codes: a recipe's one boundary (`training.recipe.exit_code_of`)
+hands it the error.
 """
 
 from hf_vit_scaling.log import is_main_process, logger, setup_logging

@@ -27,11 +27,7 @@ from transformers import set_seed
 
 from hf_vit_scaling import (
     MaeTrainer,
-    TrainingInterrupted,
-    TrainingStopped,
-    UserInputError,
     build_mae_model,
-    exit_code_for,
     finish_mae_run,
     load_image_classification_data,
     parse_args,
@@ -40,62 +36,44 @@ from hf_vit_scaling import (
     prepare_world,
     shutdown_distributed,
 )
+from hf_vit_scaling.training.recipe import exit_code_of, trainer_arguments  # what every recipe builds the same way
 
 
-def main(argv=None) -> int:
+def train(argv=None) -> None:
+    """Parse, build, pretrain and evaluate: the run itself; `main` turns an error into its exit code."""
+    args = parse_args(argv, mae=True)
+    training = args.training
+
+    # The evaluation schedule and FSDP2's MAE blocks, then engine, learning rate, resume point: before the model
+    prepare_mae_training(training, args.mae)
+    world = prepare_world(args)
+
+    # Data (labels kept only for the k-NN probe) and the MAE model (the same seed gives the same weights)
+    set_seed(training.seed)
+    data = load_image_classification_data(args.data, seed=training.seed, cache_dir=args.model.cache_dir,
+                                          streaming=args.streaming)  # fmt: skip
+    model, processor, model_desc = build_mae_model(args, data.label_names)
+    inputs = prepare_mae_inputs(args, world, data, model, processor, model_desc)
+
+    # Trainer: the model's forward returns the reconstruction loss; evaluation adds the k-NN accuracy. The splits and
+    # features are train_vit.py's (`trainer_arguments`); the classification-only ones were refused at parse time.
+    trainer = MaeTrainer(model=model, args=training, processing_class=processor, knn=inputs.knn,
+                         **trainer_arguments(args, world, inputs))  # fmt: skip
+
+    # Training, then the picture, evaluation (k-NN accuracy), pretraining.json and the done line
     try:
-        args = parse_args(argv, mae=True)
-        training = args.training
-
-        # The evaluation schedule and FSDP2's MAE blocks, then engine, learning rate, resume point: before the model
-        prepare_mae_training(training, args.mae)
-        world = prepare_world(args)
-
-        # Data (labels kept only for the k-NN probe) and the MAE model (the same seed gives the same weights)
-        set_seed(training.seed)
-        data = load_image_classification_data(args.data, seed=training.seed, cache_dir=args.model.cache_dir,
-                                              streaming=args.streaming)  # fmt: skip
-        model, processor, model_desc = build_mae_model(args, data.label_names)
-        inputs = prepare_mae_inputs(args, world, data, model, processor, model_desc)
-
-        # Trainer: the model's forward returns the reconstruction loss; evaluation adds the k-NN accuracy
-        trainer = MaeTrainer(
-            model=model,
-            args=training,
-            train_dataset=inputs.splits["train"],
-            eval_dataset=inputs.splits["validation"],
-            data_collator=inputs.collate,
-            processing_class=processor,
-            rank_batches=inputs.rank_batches,
-            nonfinite_policy=args.reliability.on_nonfinite_loss,
-            trace_samples=args.reliability.trace_samples,
-            stop_signals=args.reliability.stop_signals,
-            knn=inputs.knn,
-            throughput=dict(
-                warmup_steps=args.report.throughput_warmup_steps,
-                peak_tflops=args.report.peak_tflops,
-                engine=world.engine,
-                slow_ranks=args.cluster.slow_ranks,
-                rank_batches=inputs.rank_batches,
-            ),  # fmt: skip
-        )
-
-        # Training, then the picture, evaluation (k-NN accuracy), pretraining.json and the done line
-        try:
-            train_result = trainer.train(resume_from_checkpoint=world.resume_from)
-        finally:
-            trainer.close_trace()
-        finish_mae_run(trainer, train_result, world, inputs, args, data)
-    except UserInputError as err:  # bad input: exit 2, nothing expensive started or nothing written
-        return exit_code_for(err)
-    except TrainingInterrupted as err:  # a stop signal: every rank saved the step's checkpoint; exit 75, run again
-        shutdown_distributed()
-        return exit_code_for(err)
-    except TrainingStopped as err:  # a non-finite loss or a failed save: the message names the safe checkpoint
-        return exit_code_for(err)
+        train_result = trainer.train(resume_from_checkpoint=world.resume_from)
+    finally:
+        trainer.close_trace()
+    finish_mae_run(trainer, train_result, world, inputs, args, data)
     # Last: gloo's worker threads must be done with every collective before the interpreter tears down.
     shutdown_distributed()
-    return 0
+
+
+# The exit code: 0 done; 2 bad input; 1 stopped (a non-finite loss, a failed save); 75 a stop signal ended the run
+# with a checkpoint (run again to resume). Each is one line, never a traceback.
+def main(argv=None) -> int:
+    return exit_code_of(train, argv)
 
 
 if __name__ == "__main__":

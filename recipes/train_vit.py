@@ -35,12 +35,8 @@ import sys
 from transformers import set_seed
 
 from hf_vit_scaling import (
-    TrainingInterrupted,
-    TrainingStopped,
-    UserInputError,
     VitTrainer,
     build_model,
-    exit_code_for,
     finish_run,
     load_image_classification_data,
     parse_args,
@@ -48,68 +44,42 @@ from hf_vit_scaling import (
     prepare_world,
     shutdown_distributed,
 )
+from hf_vit_scaling.training.recipe import exit_code_of, trainer_arguments  # what every recipe builds the same way
 
 
-def main(argv=None) -> int:
+def train(argv=None) -> None:
+    """Parse, build, train and evaluate: the run itself; `main` turns an error into its exit code."""
+    args = parse_args(argv)
+    training = args.training
+
+    # Engine, learning rate, sequence-parallel groups, resume point: before the model (ZeRO-3 partitions it)
+    world = prepare_world(args)
+
+    # Data and model (the same seed gives the same initial weights)
+    set_seed(training.seed)
+    data = load_image_classification_data(args.data, seed=training.seed, cache_dir=args.model.cache_dir,
+                                          streaming=args.streaming)  # fmt: skip
+    model, processor, model_desc = build_model(args.model, data.label_names, args.distillation.distillation_token)
+    inputs = prepare_inputs(args, world, data, model, processor, model_desc)
+
+    # Trainer: the splits, metrics and every feature the flags turn on (`trainer_arguments`, shared by the recipes)
+    trainer = VitTrainer(model=model, args=training, processing_class=processor,
+                         **trainer_arguments(args, world, inputs))  # fmt: skip
+
+    # Training, then evaluation, reports, model card and the done line
     try:
-        args = parse_args(argv)
-        training = args.training
-
-        # Engine, learning rate, sequence-parallel groups, resume point: before the model (ZeRO-3 partitions it)
-        world = prepare_world(args)
-
-        # Data and model (the same seed gives the same initial weights)
-        set_seed(training.seed)
-        data = load_image_classification_data(args.data, seed=training.seed, cache_dir=args.model.cache_dir,
-                                              streaming=args.streaming)  # fmt: skip
-        model, processor, model_desc = build_model(args.model, data.label_names, args.distillation.distillation_token)
-        inputs = prepare_inputs(args, world, data, model, processor, model_desc)
-
-        # Trainer
-        trainer = VitTrainer(
-            model=model,
-            args=training,
-            train_dataset=inputs.splits["train"],
-            eval_dataset=inputs.splits["validation"],
-            data_collator=inputs.collate,
-            compute_metrics=inputs.compute_metrics,
-            processing_class=processor,
-            model_card=inputs.model_card,
-            rank_batches=inputs.rank_batches,
-            sequence_parallel=world.sequence_parallel,
-            nonfinite_policy=args.reliability.on_nonfinite_loss,
-            trace_samples=args.reliability.trace_samples,
-            stop_signals=args.reliability.stop_signals,
-            compute_loss_func=inputs.compute_loss_func,
-            layer_decay=args.regularization.layer_decay,
-            ema=inputs.ema,
-            throughput=dict(
-                warmup_steps=args.report.throughput_warmup_steps,
-                peak_tflops=args.report.peak_tflops,
-                engine=world.engine,
-                slow_ranks=args.cluster.slow_ranks,
-                rank_batches=inputs.rank_batches,
-                sequence_parallel_size=args.engine.sequence_parallel_size,
-                teacher_config=inputs.teacher_config,
-            ),  # fmt: skip
-        )
-
-        # Training, then evaluation, reports, model card and the done line
-        try:
-            train_result = trainer.train(resume_from_checkpoint=world.resume_from)
-        finally:
-            trainer.close_trace()
-        finish_run(trainer, train_result, world, inputs)
-    except UserInputError as err:  # bad input: exit 2, nothing expensive started or nothing written
-        return exit_code_for(err)
-    except TrainingInterrupted as err:  # a stop signal: every rank saved the step's checkpoint; exit 75, run again
-        shutdown_distributed()
-        return exit_code_for(err)
-    except TrainingStopped as err:  # a non-finite loss or a failed save: the message names the safe checkpoint
-        return exit_code_for(err)
+        train_result = trainer.train(resume_from_checkpoint=world.resume_from)
+    finally:
+        trainer.close_trace()
+    finish_run(trainer, train_result, world, inputs)
     # Last: gloo's worker threads must be done with every collective before the interpreter tears down.
     shutdown_distributed()
-    return 0
+
+
+# The exit code: 0 done; 2 bad input; 1 stopped (a non-finite loss, a failed save); 75 a stop signal ended the run
+# with a checkpoint (run again to resume). Each is one line, never a traceback.
+def main(argv=None) -> int:
+    return exit_code_of(train, argv)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ comes in through the Trainer's own `--deepspeed` flag. On a CPU (gloo) add `--us
         --report_to none
 
 Fine-tune: `--model_name_or_path google/vit-base-patch16-224-in21k --dataset_name uoft-cs/cifar10`.
+
+Exit codes (`exit_code_of`): 0 done; 2 bad input (an unknown flag, a bad value, a dataset that cannot be read), as one
+`error:` line.
 """
 
 import sys
@@ -19,11 +22,10 @@ from transformers import Trainer, TrainingArguments, set_seed
 from hf_vit_scaling import (
     DataArguments,
     ModelArguments,
-    UserInputError,
     attach_transforms,
     build_model,
     collate_image_batch,
-    exit_code_for,
+    exit_code_of,
     load_image_classification_data,
     make_compute_metrics,
     shutdown_distributed,
@@ -31,12 +33,9 @@ from hf_vit_scaling import (
 from hf_vit_scaling.arguments.parser import DataclassParser
 
 
-def main(argv=None) -> int:
+def train(argv=None) -> None:
     parser = DataclassParser((ModelArguments, DataArguments, TrainingArguments), prog="recipes/train_vit_minimal.py")
-    try:  # bad input (an unknown flag, a bad value): one `error:` line, exit 2
-        model_args, data_args, training_args = parser.parse_flags(argv)
-    except UserInputError as err:
-        return exit_code_for(err)
+    model_args, data_args, training_args = parser.parse_flags(argv)
     training_args.remove_unused_columns = False  # images become `pixel_values` in a transform
 
     # Data and model
@@ -64,7 +63,10 @@ def main(argv=None) -> int:
     # Last: gloo's worker threads must be done with every collective before the interpreter tears down, or a
     # rank can abort after the run finished ("terminate called without an active exception"; docs/reliability.md).
     shutdown_distributed()
-    return 0
+
+
+def main(argv=None) -> int:
+    return exit_code_of(train, argv)  # bad input: one `error:` line, exit 2
 
 
 if __name__ == "__main__":

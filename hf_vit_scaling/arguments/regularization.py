@@ -146,7 +146,7 @@ class RegularizationArguments:
 def check_regularization(args: RegularizationArguments, ds_config: dict | None = None) -> None:
     """Refuse combinations that cannot work, at parse time, before any expensive work. What only the run knows is
     checked where it is decided: the EMA of a resumed checkpoint (`regularization.ema.check_ema_resumable`), the eval
-    crop on the chosen input path (`data.input_path.check_eval_crop_path`)."""
+    crop on the chosen input path (`data.input_path.InputPath.check_eval_crop`)."""
     if args.ema_decay is not None and zero_stage(ds_config) == 3:
         raise UserInputError(
             "--ema_decay works with plain DDP and ZeRO 0-2; ZeRO-3 keeps only a shard of each "

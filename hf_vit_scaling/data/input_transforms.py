@@ -1,9 +1,10 @@
 """The transforms of each input path (`input_path`), and what one costs on a CPU-only run.
 
 `build_input_transforms` sets a path's host transforms on the splits and returns its collate and device
-preprocessor. `cpu_seconds_per_image` runs a path end to end on a few training images, host and "device" halves
-both: on a CPU-only run the device preprocessor runs on the same cores as the loader, so the path with the least
-CPU time in total is the fastest one (`input_path.resolve_input_path` uses it to choose for variable-size images).
+preprocessor (the path's own `InputPath.attach_map_style`). `cpu_seconds_per_image` runs a path end to end on a few
+training images, host and "device" halves both: on a CPU-only run the device preprocessor runs on the same cores as
+the loader, so the path with the least CPU time in total is the fastest one (`input_path.resolve_input_path` uses it
+to choose for variable-size images).
 """
 
 import dataclasses
@@ -15,27 +16,16 @@ import numpy as np
 import torch
 from datasets import DatasetDict
 
-from hf_vit_scaling.data.crop_decode import attach_host_crop_transforms
-from hf_vit_scaling.data.decoding import stack_batch
-from hf_vit_scaling.data.device_transforms import DevicePreprocessor, attach_uint8_transforms, collate_uint8_batch
-from hf_vit_scaling.data.host_transforms import attach_transforms
+from hf_vit_scaling.data.input_path import input_path_named
 
 PROBE_BATCH = 16  # images per timed batch
 PROBE_ROUNDS = 3  # timed batches per path, the paths taking turns; the median is kept
 
 
-def build_input_transforms(data, path: str, size: int, mean, std, data_args, eval_crop_pct: float | None = None):
-    """(splits, collate, device preprocessor or None) of input path `path` (resolved: not "auto")."""
-    if path == "device":
-        # uint8 batches cross to the device; resize, augmentation and normalisation run there, batched.
-        preprocessor = DevicePreprocessor.from_data_args(size, mean, std, data_args)
-        return attach_uint8_transforms(data), collate_uint8_batch, preprocessor
-    if path == "host_crop":
-        # Variable sizes: uint8 crops at the model's size are cut on the host (the random resized crop, or the
-        # --eval_crop_pct centre crop); the flip, shifts and normalisation run on the device.
-        preprocessor = DevicePreprocessor.from_data_args(size, mean, std, data_args, crop_on_device=False)
-        return attach_host_crop_transforms(data, size, data_args, eval_crop_pct), collate_uint8_batch, preprocessor
-    return attach_transforms(data, size, mean, std, data_args), stack_batch, None
+def build_input_transforms(data, path, size: int, mean, std, data_args, eval_crop_pct: float | None = None):
+    """(splits, collate, device preprocessor or None) of input path `path` (an `InputPath`, or a resolved name: not
+    "auto"), its host transforms set on map-style `data` (`InputPath.attach_map_style`)."""
+    return input_path_named(path).attach_map_style(data, size, mean, std, data_args, eval_crop_pct)
 
 
 def training_sample(data, images: int):

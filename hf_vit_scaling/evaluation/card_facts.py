@@ -18,15 +18,16 @@ def teacher_card_rows(distil) -> dict:
     }
 
 
-def model_card_facts(args, world, data, model, model_desc: str) -> dict:
-    """Everything the model card says except the metrics (see `model_card.render_model_card`). `world`: the run's
-    `training.run.World` (engine, learning-rate rule)."""
-    training, sp_size = args.training, args.engine.sequence_parallel_size
-    gas, lr_info = training.gradient_accumulation_steps, world.lr_info
+def model_card_facts(training, model_args, engine, lr_info: dict, sp_size: int, data, model, model_desc: str) -> dict:
+    """Everything the model card says except the metrics (see `model_card.render_model_card`). `training`: the
+    Trainer's arguments; `model_args`: the model flags (preset or checkpoint); `engine`: the run's
+    `parallel.engine.Engine`; `lr_info`: the learning-rate rule applied (`learning_rate.apply_lr_scaling`);
+    `sp_size`: the sequence-parallel size."""
+    gas = training.gradient_accumulation_steps
     lr_scaling = "none" if lr_info["rule"] == "none" else (
         f"{lr_info['rule']} from {lr_info['base_lr']:g} at batch {lr_info['reference_batch']}"
     )  # fmt: skip
-    pretrained = pretraining_summary(args.model.model_name_or_path) if args.model.model_name_or_path else None
+    pretrained = pretraining_summary(model_args.model_name_or_path) if model_args.model_name_or_path else None
     return {
         "model_name": os.path.basename(os.path.normpath(training.output_dir)),
         "model_desc": model_desc,
@@ -36,13 +37,13 @@ def model_card_facts(args, world, data, model, model_desc: str) -> dict:
         "train_selection": data.train_selection,  # which rows trained it: a teacher's are checked by its students
         "hub_model_id": training.hub_model_id,
         "setup": {
-            "model": args.model.model_name_or_path or args.model.preset,
+            "model": model_args.model_name_or_path or model_args.preset,
             "parameters": f"{count_parameters(model) / 1e6:.2f} M",
             "image size": model.config.image_size,
             "patch size": getattr(model.config, "patch_size", None) or "none (CNN)",
             "classes": len(data.label_names),
-            "engine": world.engine.describe(),
-            "ds_config": world.engine.ds_config_path or "none",
+            "engine": engine.describe(),
+            "ds_config": engine.ds_config_path or "none",
             "world size": training.world_size,
             "per-device batch": training.per_device_train_batch_size,
             "gradient accumulation": gas,

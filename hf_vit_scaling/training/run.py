@@ -15,7 +15,6 @@
 import os
 from dataclasses import dataclass
 
-from hf_vit_scaling.data.device_transforms import EvalCenterCrop
 from hf_vit_scaling.data.input_pipeline import attach_input_path
 from hf_vit_scaling.data.streaming.load import split_size
 from hf_vit_scaling.evaluation.card_facts import model_card_facts, teacher_card_rows
@@ -68,7 +67,7 @@ class TrainerInputs:
     compute_loss_func: object | None = None  # soft-target loss with Mixup/CutMix/label smoothing, or distillation
     ema: object | None = None  # EMACallback: the weights' moving average, continued from a resumed checkpoint
     teacher_config: object | None = None  # a distillation teacher's config: its forward FLOPs join the MFU
-    input_path: str | None = None  # the input path chosen ("device", "host_crop", "per_sample")
+    input_path: object | None = None  # the input path chosen (`data.input_path.InputPath`)
 
 
 def prepare_world(args) -> World:
@@ -159,11 +158,16 @@ def attach_extension_points(args, world: World, model, pipeline, augmenter, dist
     reg = args.regularization
     factor = args.cluster.slow_ranks.get(args.training.process_index, 1.0)
     slow_rank = SlowRankSimulator(factor) if factor > 1.0 else None  # labelled in every report
-    on_device = reg.eval_crop_pct and pipeline.input_path == "device"  # host_crop cuts the eval crop on the host
-    eval_crop = EvalCenterCrop(as_pair(model.config.image_size)[0], reg.eval_crop_pct) if on_device else None
+    eval_crop = pipeline.path.eval_crop(as_pair(model.config.image_size)[0], reg.eval_crop_pct)  # None on the host
     attach_model_hooks(model, pipeline.preprocessor, world.sequence_parallel, slow_rank,
                        augmenter if augmenter.active else None, eval_crop, reg.drop_path_rate,
                        distillation)  # fmt: skip
+
+
+def card_facts(args, world: World, data, model, model_desc: str) -> dict:
+    """The model card's facts of this run (`evaluation.card_facts.model_card_facts`), from the values it needs."""
+    return model_card_facts(args.training, args.model, world.engine, world.lr_info, args.engine.sequence_parallel_size,
+                            data, model, model_desc)  # fmt: skip
 
 
 def prepare_inputs(args, world: World, data, model, processor, model_desc: str,
@@ -178,11 +182,12 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str,
     smoothing = args.training.label_smoothing_factor  # applied by the augmenter's loss, before mixing
     augmenter = BatchAugmenter.from_arguments(reg, len(data.label_names), mean, std, smoothing)
     loss, distillation = choose_loss(args, data, augmenter)  # reads the training labels: before the transforms
-    pipeline = attach_input_path(data, args, size, mean, std, world.resume_from)
+    pipeline = attach_input_path(data, args.data, args.training, size, mean, std, reg.eval_crop_pct,
+                                 world.resume_from)  # fmt: skip
     attach_extension_points(args, world, model, pipeline, augmenter, distillation)
     rank_batches = balanced_rank_batches(args.cluster.balance_batches, model, pipeline.splits["train"],
                                          pipeline.collate, args.training)  # fmt: skip
-    card = model_card_facts(args, world, data, model, model_desc) if classifier else None
+    card = card_facts(args, world, data, model, model_desc) if classifier else None
     if distillation is not None:
         card["setup"] |= teacher_card_rows(args.distillation)
     ema = EMACallback(reg.ema_decay, world.resume_from) if reg.ema_decay else None
@@ -190,7 +195,7 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str,
     metrics = make_module_compute_metrics(data.label_names) if classifier else None
     teacher_config = distillation.teacher.model.config if distillation is not None else None
     return TrainerInputs(pipeline.splits, pipeline.collate, metrics, card, rank_batches, loss, ema, teacher_config,
-                         pipeline.input_path)  # fmt: skip
+                         pipeline.path)  # fmt: skip
 
 
 def distinct_bad_samples(notes: list[dict]) -> list[dict]:

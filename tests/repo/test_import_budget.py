@@ -21,8 +21,10 @@ PACKAGE = "hf_vit_scaling"
 # recipe: (modules, lines) at most. train_vit_minimal's is the issue's: 40 modules, 4,500 lines.
 BUDGETS = {
     "train_vit_minimal.py": (40, 4_500),
-    "train_vit.py": (90, 11_000),  # the whole run-time package: every feature is a flag of the full recipe
-    "pretrain_mae.py": (90, 11_000),
+    # The whole run-time package: every feature is a flag of the full recipe (93 modules / 11,592 lines for
+    # pretrain_mae.py on 2026-12-04, with --torch_compile's two modules and the recipes' shared parts).
+    "train_vit.py": (96, 12_000),
+    "pretrain_mae.py": (96, 12_000),
     "plan.py": (34, 4_200),
     "prepare_shards.py": (22, 2_200),
     "scaling_study.py": (18, 1_500),

@@ -126,11 +126,7 @@ def layering_violations(graph: dict[str, set[str]], layers=LAYERS) -> list[str]:
 RUN_OBJECTS = {"RecipeArguments": "args", "World": "world"}  # class -> the name recipes give it
 RUN_OBJECT_LAYER = 6
 # Modules that take them today, each with the reason; the test fails when one no longer does (remove it here).
-KNOWN_RUN_OBJECT_TAKERS = {
-    f"{PACKAGE}.data.input_pipeline": "being moved to values (issue 45 point 3)",
-    f"{PACKAGE}.data.streaming.load": "being moved to values (issue 45 point 3)",
-    f"{PACKAGE}.evaluation.card_facts": "being moved to values (issue 45 point 3)",
-}
+KNOWN_RUN_OBJECT_TAKERS: dict[str, str] = {}
 
 
 def run_object_fields(root: Path) -> dict[str, set[str]]:

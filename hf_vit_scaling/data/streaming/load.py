@@ -9,9 +9,7 @@ from typing import ClassVar
 import torch
 from datasets import ClassLabel
 
-from hf_vit_scaling.data.decoding import decode_then, image_name, pil_to_uint8_tensor, pixels_or_note, stack_batch
-from hf_vit_scaling.data.device_transforms import DevicePreprocessor, collate_uint8_batch
-from hf_vit_scaling.data.host_transforms import ImageTransform
+from hf_vit_scaling.data.decoding import decode_then, image_name, pixels_or_note
 from hf_vit_scaling.data.input_path import choose_input_path
 from hf_vit_scaling.data.shards import MANIFEST, find_manifest, manifest_shards, raw_shape
 from hf_vit_scaling.data.streaming.loader import StreamingTrainData
@@ -150,33 +148,23 @@ def example_transform(data: StreamingData, pixels_of):
     return to_example
 
 
-def attach_streaming_transforms(data: StreamingData, args, size: int, mean, std, resume_from: str | None):
-    """(splits, collate, device preprocessor or None, input path) for --streaming: the input path
-    (`input_path.choose_input_path`, as for map-style data), the examples the stream makes, batches of
-    --per_device_train_batch_size, and the data position of the checkpoint resumed from."""
-    data_args, training = args.data, args.training
-    input_path = choose_input_path(data, data_args.input_path)
-    if input_path == "device":
-        preprocessor = DevicePreprocessor.from_data_args(size, mean, std, data_args)
-        collate = collate_uint8_batch
-
-        def pixels_for(train):
-            return pil_to_uint8_tensor  # a shard row's uint8 tensor passes through
-
-    else:
-        preprocessor, collate = None, stack_batch
-
-        def pixels_for(train):
-            return ImageTransform.from_data_args(size, mean, std, train, data_args)
-
-    train_example = example_transform(data, pixels_for(True))
-    data.train.attach(train_example, collate, training.per_device_train_batch_size, training.dataloader_drop_last,
-                      training.dataloader_num_workers)  # fmt: skip
+def attach_streaming_transforms(data: StreamingData, data_args, training_args, size: int, mean, std,
+                                resume_from: str | None):  # fmt: skip
+    """(splits, collate, device preprocessor or None, `InputPath`) for --streaming: the input path
+    (`input_path.choose_input_path`, as for map-style data) in its form for a stream (`InputPath.stream_pixels`), the
+    examples the stream makes, batches of `training_args`' --per_device_train_batch_size (its drop-last and worker
+    settings too), and the data position of the checkpoint resumed from."""
+    path = choose_input_path(data, data_args.input_path)
+    preprocessor, collate = path.preprocessor(size, mean, std, data_args), path.collate
+    train_example = example_transform(data, path.stream_pixels(size, mean, std, True, data_args))
+    data.train.attach(train_example, collate, training_args.per_device_train_batch_size,
+                      training_args.dataloader_drop_last, training_args.dataloader_num_workers)  # fmt: skip
     note = data.train.restore(resume_from)
     if note:
         logger.info(f"Resume: {note}")
-    validation = EvalRows(data.validation_rows, example_transform(data, pixels_for(False)))
-    return {"train": data.train, "validation": validation}, collate, preprocessor, input_path
+    eval_example = example_transform(data, path.stream_pixels(size, mean, std, False, data_args))
+    validation = EvalRows(data.validation_rows, eval_example)
+    return {"train": data.train, "validation": validation}, collate, preprocessor, path
 
 
 def split_size(split) -> int | None:

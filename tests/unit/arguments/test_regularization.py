@@ -5,7 +5,7 @@ import pytest
 from transformers import HfArgumentParser
 
 from hf_vit_scaling.arguments.regularization import RegularizationArguments, check_regularization
-from hf_vit_scaling.data.input_path import check_eval_crop_path
+from hf_vit_scaling.data.input_path import RESOLVED_PATHS
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.regularization.ema import EMA_FILENAME, check_ema_resumable
 
@@ -91,7 +91,7 @@ def test_combinations_that_cannot_work_are_refused(flags, context, match):
 def test_combinations_that_work_pass():
     args = RegularizationArguments(**DEIT)
     check_regularization(args, ds_config={"zero_optimization": {"stage": 2}})
-    check_eval_crop_path(args.eval_crop_pct, "device")
+    RESOLVED_PATHS["device"].check_eval_crop(args.eval_crop_pct)
     check_regularization(RegularizationArguments(layer_decay=0.75, drop_path_rate=0.1), ds_config=ZERO3)
     # Every augmentation with sequence parallelism: the ranks of a group share one seed (training/seeding.py), so
     # they draw the same crops, mixes and drop masks (tests/launched/test_sequence_parallel_launched.py).
@@ -107,7 +107,7 @@ def test_resuming_with_ema_needs_the_ema_file(tmp_path):
 
 def test_eval_crop_is_refused_on_the_per_sample_path():
     with pytest.raises(UserInputError, match="--eval_crop_pct") as err:
-        check_eval_crop_path(0.875, "per_sample")
+        RESOLVED_PATHS["per_sample"].check_eval_crop(0.875)
     assert "Fix:" in str(err.value)
-    check_eval_crop_path(0.875, "host_crop")
-    check_eval_crop_path(None, "per_sample")
+    RESOLVED_PATHS["host_crop"].check_eval_crop(0.875)
+    RESOLVED_PATHS["per_sample"].check_eval_crop(None)

@@ -124,7 +124,7 @@ def test_training_reads_prepared_shards_as_raw_uint8_on_the_device_path(prepared
     root, _, _ = prepared
     data = load_image_classification_data(DataArguments(dataset_name=str(root / "out"), train_val_split=0.34))
     assert data.raw_shape == (S, S, 3) and data.label_names == ["a", "b"]
-    assert choose_input_path(data, "auto") == "device"
+    assert choose_input_path(data, "auto").name == "device"
     with pytest.raises(UserInputError, match="--input_path auto or device"):
         choose_input_path(data, "host_crop")
     stored = {pixels.tobytes() for pixels, _, _ in _rows(root / "out")}

@@ -165,13 +165,13 @@ def test_parquet_files_of_encoded_images_stream_through_load_dataset(tmp_path):
     data = load_streaming_data(data_args, stream_args, seed=0)
     assert data.label_names == ["cat", "dog"] and data.image_column == "img" and data.raw_shape is None
     assert len(data.validation_rows) == 5 and data.train.n_shards == 2
-    args = SimpleNamespace(data=DataArguments(input_path="auto", random_resized_crop=False, crop_scale_min=1.0,
-                                              horizontal_flip=False),
-                           training=SimpleNamespace(per_device_train_batch_size=8, dataloader_drop_last=False,
-                                                    dataloader_num_workers=0))  # fmt: skip
+    data_args = DataArguments(input_path="auto", random_resized_crop=False, crop_scale_min=1.0, horizontal_flip=False)
+    training_args = SimpleNamespace(per_device_train_batch_size=8, dataloader_drop_last=False,
+                                    dataloader_num_workers=0)  # fmt: skip
     from hf_vit_scaling.data.streaming.load import attach_streaming_transforms
 
-    splits, _, preprocessor, input_path = attach_streaming_transforms(data, args, 8, [0.5] * 3, [0.5] * 3, None)
+    splits, _, preprocessor, _ = attach_streaming_transforms(data, data_args, training_args, 8, [0.5] * 3, [0.5] * 3,
+                                                             None)  # fmt: skip
     assert preprocessor is not None  # one image size: the device path
     batches = take(splits["train"], 3)  # a pass: 24 rows = 8 + 8 + 8
     ids = [i for b in batches for i in b["sample_index"].tolist()]

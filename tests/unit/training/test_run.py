@@ -8,7 +8,7 @@ from hf_vit_scaling.evaluation.card_facts import model_card_facts, teacher_card_
 from hf_vit_scaling.models.build import build_model
 from hf_vit_scaling.models.presets import image_processor_for
 from hf_vit_scaling.parallel.engine import Engine
-from hf_vit_scaling.training.run import World, report_skips
+from hf_vit_scaling.training.run import report_skips
 from tests.helpers.builders import save_tiny_pretrained_vit
 
 
@@ -49,8 +49,7 @@ def test_card_facts_describe_the_run(tmp_path):
     selection = {"source": "sklearn-digits", "rows": 20, "of": 1797, "seed": 42}
     data = SimpleNamespace(source="sklearn-digits", splits={"validation": [0] * 5}, label_names=["a", "b"],
                            train_selection=selection)  # fmt: skip
-    world = World(Engine("trainer"), {"rule": "none"}, None, None)
-    facts = model_card_facts(args, world, data, model, desc)
+    facts = model_card_facts(args.training, args.model, Engine("trainer"), {"rule": "none"}, 1, data, model, desc)
     assert facts["model_name"] == "run-a" and facts["eval_split_size"] == 5 and facts["dataset"] == "sklearn-digits"
     assert facts["train_selection"] == selection  # what a student checks its teacher's rows against
     assert facts["model_type"] == "vit"  # the card's architecture tag
