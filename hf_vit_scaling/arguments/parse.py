@@ -10,6 +10,7 @@ types) must be finite, and TrainingArguments' numbers in range (`check_values`);
 still raises while it is built becomes one `error:` line too.
 """
 
+import argparse
 import json
 import os
 import sys
@@ -94,13 +95,21 @@ class _CheckingParser(DataclassParser):
     dataclasses."""
 
     what = "recipe"
+    file_keys: frozenset = frozenset()  # the flags an arguments file set (its values are the parser's defaults)
 
     def help_hint(self) -> str:
         return help_fix(self)
 
     def parse_known_args(self, args=None, namespace=None):
+        if namespace is None and "use_cpu" not in self.file_keys and not has_accelerator():
+            # Without an accelerator, accelerate only sets up a multi-process (gloo) world when told it runs on CPU:
+            # a value already in the namespace stands where no flag gives one (every spelling of --use_cpu still
+            # wins), and --help keeps TrainingArguments' own default.
+            namespace = argparse.Namespace(use_cpu=True)
         namespace, remaining = super().parse_known_args(args, namespace)
-        check_values(vars(namespace))
+        values = vars(namespace)
+        require_choices({key: values.get(key) for key in self.file_keys}, self)
+        check_values(values)
         resolve_engine_values(vars(namespace))  # the namespace's own dict: what the dataclasses are built from
         return namespace, remaining
 
@@ -117,13 +126,13 @@ def _build(parser: HfArgumentParser, method: str, *args, **kwargs) -> tuple:
         raise UserInputError(f"{message} (TrainingArguments). Fix: correct that flag ({help_fix(parser)}).") from err
 
 
-def require_choices(values: dict, parser: HfArgumentParser, given_as_flags: list[str] = ()) -> None:
+def require_choices(values: dict, parser: HfArgumentParser) -> None:
     """A file's values become the parser's defaults, and argparse checks a flag's choices only on the command line:
-    each value of `values` (a file's) for a flag with choices must be one of them, unless `given_as_flags` sets that
-    flag again (argparse checks that one). Else one error naming the flag, the value and the choices."""
+    each parsed value of a flag the file set (`values`: a flag given again on the command line holds the checked
+    command-line value) must be one of its choices. Else one error naming the flag, the value and the choices."""
     for action in parser._actions:
         value = values.get(action.dest)
-        if action.choices is None or value is None or _option_value(list(given_as_flags), f"--{action.dest}"):
+        if action.choices is None or value is None:
             continue
         if str(value) not in {str(choice) for choice in action.choices}:
             allowed = ", ".join(str(choice) for choice in action.choices)
@@ -194,15 +203,6 @@ def resolve_engine_values(values: dict) -> None:
     check_fsdp_config_file(values.get("fsdp_config"))
 
 
-def _option_value(argv: list[str], name: str) -> str | None:
-    for i, arg in enumerate(argv):
-        if arg == name and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return None
-
-
 def has_accelerator() -> bool:
     import torch
 
@@ -222,12 +222,13 @@ def _parse_args_file(parser: HfArgumentParser, path: str, overrides: list[str]) 
     # Without an accelerator, accelerate only sets up a multi-process (gloo) world when told it runs on CPU.
     values.setdefault("use_cpu", not has_accelerator())
     parser.refuse_unknown(sorted(set(values) - {action.dest for action in parser._actions}), where=f"{path}: ")
-    require_choices(values, parser, given_as_flags=overrides)
     if not overrides:  # parse_dict: no parse_known_args, so its checks run here
+        require_choices(values, parser)
         check_values(values)
         resolve_engine_values(values)
         return _build(parser, "parse_dict", values)
     parser.set_defaults(**values)  # every action of a flag (a bool's --no_<flag> too) takes the file's value
+    parser.file_keys = frozenset(values)  # their parsed values are checked against the choices (parse_known_args)
     for action in parser._actions:
         action.required = action.required and action.dest not in values
     return _parse_flags(parser, overrides)
@@ -246,8 +247,6 @@ def _parse(argv: list[str], extra_classes: tuple = ()) -> tuple:
     parser = _CheckingParser((*ALL_ARGUMENT_CLASSES, *extra_classes))
     if argv and _is_args_file(argv[0]):
         return _parse_args_file(parser, argv[0], argv[1:])
-    if "--use_cpu" not in argv and not has_accelerator():
-        argv += ["--use_cpu", "true"]  # as above: accelerate's CPU multi-process world
     return _parse_flags(parser, argv)
 
 

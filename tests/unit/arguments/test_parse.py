@@ -201,11 +201,28 @@ def test_a_files_value_outside_a_flags_choices_is_refused(tmp_path, flag, value,
     assert message.startswith(f"--{flag} {value!r} is not one of") and "Fix:" in message, message
 
 
-def test_a_flag_given_again_after_the_file_replaces_the_files_bad_choice(tmp_path):
-    """The flag after the file wins, and argparse checks that one: the file's unused value is not refused."""
+@pytest.mark.parametrize("spelling", ["--on_bad_image", "--on-bad-image", "--on_bad_image=fail"])
+def test_a_flag_given_again_after_the_file_replaces_the_files_bad_choice(tmp_path, spelling):
+    """The flag after the file wins, and argparse checks that one: the file's unused value is not refused, whichever
+    spelling gave the flag. Fails if the override is found by scanning argv for one spelling ("--on-bad-image" was
+    refused as the file's 'sometimes')."""
     args_file = tmp_path / "args.yaml"
     args_file.write_text(f"output_dir: {tmp_path / 'out'}\non_bad_image: sometimes\n")
-    assert parse_args([str(args_file), "--on_bad_image", "fail"]).data.on_bad_image == "fail"
+    override = [spelling] if "=" in spelling else [spelling, "fail"]
+    assert parse_args([str(args_file), *override]).data.on_bad_image == "fail"
+
+
+@pytest.mark.parametrize("argv", [["--use_cpu", "false"], ["--use-cpu", "false"], ["--use_cpu=false"]])
+def test_use_cpu_given_on_the_command_line_wins_over_the_cpu_default(tmp_path, argv):
+    """Without an accelerator the recipe runs on the CPU unless --use_cpu says otherwise, in any spelling. Fails if
+    the default is added by scanning argv for "--use_cpu" (it appended "--use_cpu true" after "--use-cpu false")."""
+    assert parse_args(["--output_dir", str(tmp_path), *argv]).training.use_cpu is False
+
+
+def test_use_cpu_in_an_args_file_wins_over_the_cpu_default(tmp_path):
+    args_file = tmp_path / "args.yaml"
+    args_file.write_text(f"output_dir: {tmp_path / 'out'}\nuse_cpu: false\n")
+    assert parse_args([str(args_file), "--seed", "3"]).training.use_cpu is False
 
 
 @pytest.mark.parametrize(
