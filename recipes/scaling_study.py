@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     own = argv[: argv.index("--")] if "--" in argv else argv
     try:
-        (a,) = DataclassParser(StudyArguments, prog="recipes/scaling_study.py").parse_flags(own)
+        (a,) = DataclassParser(StudyArguments, script="recipes/scaling_study.py").parse_flags(own)
         require_writable_folder("output_dir", a.output_dir)
     except UserInputError as err:
         return exit_code_for(err)

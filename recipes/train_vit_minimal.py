@@ -34,7 +34,7 @@ from hf_vit_scaling.arguments.parser import DataclassParser
 
 
 def train(argv=None) -> None:
-    parser = DataclassParser((ModelArguments, DataArguments, TrainingArguments), prog="recipes/train_vit_minimal.py")
+    parser = DataclassParser((ModelArguments, DataArguments, TrainingArguments), script="recipes/train_vit_minimal.py")
     model_args, data_args, training_args = parser.parse_flags(argv)
     training_args.remove_unused_columns = False  # images become `pixel_values` in a transform
 

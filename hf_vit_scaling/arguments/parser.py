@@ -28,10 +28,11 @@ class OneLineErrors:
     """A parser mixin: argparse's refusals and leftover (unknown) arguments raise a UserInputError on one line."""
 
     what = "script"  # the message's noun: "--x is not a flag of this script"
+    script: str | None = None  # the script's path from the repository root, for the Fix: (else argparse's prog)
 
     def help_hint(self) -> str:
         """Where the flags are listed, for the Fix: part of a message."""
-        return f"python {self.prog} --help lists every flag"
+        return f"python {self.script or self.prog} --help lists every flag"
 
     def error(self, message: str):
         """argparse calls this for every refusal of its own (it would print usage and exit 2)."""
@@ -49,17 +50,24 @@ class OneLineErrors:
 
 
 class ScriptParser(OneLineErrors, argparse.ArgumentParser):
-    """`argparse.ArgumentParser` with one-line refusals; `prog` should be the script's path from the repository root
-    (recipes/prepare_shards.py), so the Fix: names the command that lists its flags."""
+    """`argparse.ArgumentParser` with one-line refusals; `script` is the script's path from the repository root
+    (recipes/prepare_shards.py), so the Fix: names the command that lists its flags (`--help` keeps argparse's own
+    program name)."""
 
-    def __init__(self, prog: str, description: str | None = None, **kwargs):
+    def __init__(self, script: str, description: str | None = None, **kwargs):
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
-        super().__init__(prog=prog, description=description, **kwargs)
+        super().__init__(description=description, **kwargs)
+        self.script = script
 
 
 class DataclassParser(OneLineErrors, HfArgumentParser):
     """`HfArgumentParser` with one-line refusals: `parse_flags` returns the dataclasses, and an unknown flag is one
-    error naming it (HfArgumentParser raises a bare ValueError listing every leftover string)."""
+    error naming it (HfArgumentParser raises a bare ValueError listing every leftover string). `script`: as for
+    `ScriptParser`."""
+
+    def __init__(self, dataclass_types, script: str | None = None, **kwargs):
+        super().__init__(dataclass_types, **kwargs)
+        self.script = script
 
     def parse_flags(self, argv: list[str] | None = None) -> tuple:
         *groups, remaining = self.parse_args_into_dataclasses(argv, return_remaining_strings=True)

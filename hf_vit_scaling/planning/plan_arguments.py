@@ -356,5 +356,5 @@ def _is_number(text: str) -> bool:
 def parse_plan_flags(argv: list[str] | None, ds_configs_dir: str) -> tuple[PlanArguments, PlanSettings]:
     """recipes/plan.py's flags -> its arguments and the planner's settings (what the recipe and the benchmarks that
     record plan.py commands both call); bad input raises UserInputError."""
-    (args,) = DataclassParser(PlanArguments, prog="recipes/plan.py").parse_flags(argv)
+    (args,) = DataclassParser(PlanArguments, script="recipes/plan.py").parse_flags(argv)
     return args, settings_from(args, ds_configs_dir)
