@@ -76,25 +76,15 @@ def test_two_cell_strong_study_end_to_end_and_resume(tmp_path):
     assert without_wall(_rows(tmp_path)) == without_wall(rows)
 
 
-@pytest.mark.distributed
-def test_a_failing_cell_is_recorded_and_the_study_goes_on(tmp_path):
-    cmd = [
-        sys.executable,
-        STUDY,
-        "--study",
-        "zero",
-        "--processes",
-        "1",
-        "--ds_configs",
-        "no_such_config,none",
-        "--output_dir",
-        tmp_path,
-        *TINY,
-    ]
+def test_an_unknown_engine_is_refused_before_any_cell_runs(tmp_path):
+    """An engine name with no config in ds_configs/ or fsdp_configs/ would fail every cell it is part of, after the
+    cells before it ran: it stops the study at once, one error line, nothing run. (A cell that fails while it runs is
+    recorded and the study goes on: tests/unit/planning/test_studies.py.) Fails if the study's grid flags are not
+    checked before the cells (planning/study_runner.check_engine_names)."""
+    cmd = [sys.executable, STUDY, "--study", "zero", "--processes", "1", "--ds_configs", "no_such_config,none",
+           "--output_dir", tmp_path / "study", *TINY]  # fmt: skip
     proc = run(cmd, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = {r["ds_config"]: r for r in _rows(tmp_path)}
-    assert rows["no_such_config"]["status"] == "failed"
-    assert "--ds_config" in rows["no_such_config"]["reason"] and "no such file" in rows["no_such_config"]["reason"]
-    assert rows["none"]["status"] == "ok" and float(rows["none"]["images_per_s"]) > 0
-    assert "Failed runs" in (tmp_path / "report.md").read_text()
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "no_such_config is not an engine" in errors[0] and "zero2" in errors[0]
+    assert not (tmp_path / "study" / "runs").exists()
