@@ -308,6 +308,7 @@ def make_test(result: dict) -> str:
 # Why each launched test file is among the slowest: a file that enters the list needs its reason here (the table
 # generation stops and names it), so every slow test is justified where the test section shows it.
 SLOW_BECAUSE = {
+    "test_compile.py": "--torch_compile under plain, DDP, ZeRO-2, ZeRO-3 and FSDP2 (aot_eager), each against eager",
     "test_resume_augmented.py": "8 resumed runs, all augmentation on: input paths, workers, 1-2 processes",
     "test_conformance.py": "every engine's uninterrupted and resumed run (the matrix)",
     "test_gpu_check.py": "`make gpu-check` end to end on the CPU",
@@ -326,7 +327,7 @@ SLOW_BECAUSE = {
     "test_throughput_launched.py": "the report's figures from real 2-process runs, a slow rank among them",
     "test_fsdp.py": "FSDP2 and ZeRO-3 (with offload) trained, saved, resumed and compared on 2 processes",
     "test_models_zero3.py": "every model preset partitioned by ZeRO-3 on 2 processes",
-    "test_per_rank_randomness.py": "2 ranks' draws compared under each launcher",
+    "test_per_rank_randomness.py": "ranks' draws compared under each launcher; 4 processes in 2 sequence-parallel groups",
     "test_prepare_launched.py": "shards prepared, then trained on by 2 processes",
     "test_recipe_commands.py": "the commands the pages print, run as printed",
     "test_studies_launched.py": "a scaling study's grid of launched runs",
