@@ -22,7 +22,7 @@ from _common import report_result  # benchmarks/_common.py (scripts run as bench
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the checkout's package
 
-from hf_vit_scaling.models.flops import train_flops_per_image  # noqa: E402
+from hf_vit_scaling.models.flops import HBM_GBPS, PEAK_TFLOPS, train_flops_per_image  # noqa: E402
 from hf_vit_scaling.planning.memory import largest_batch  # noqa: E402
 from hf_vit_scaling.planning.plan import plan  # noqa: E402
 from hf_vit_scaling.planning.plan_arguments import parse_plan_flags  # noqa: E402
@@ -34,18 +34,18 @@ DS_CONFIGS = REPO / "ds_configs"
 # The hardware figures the commands use, each with its source. The planner's link presets are bus bandwidths set
 # below the line rate (planning/shapes.py: INTERCONNECTS, NETWORKS), stated here beside the line rate they come from.
 HARDWARE = {
-    "A100 peak": {"value": 312.0, "unit": "TFLOP/s bf16/fp16 dense",
+    "A100 peak": {"value": PEAK_TFLOPS["A100"]["bf16"], "unit": "TFLOP/s bf16/fp16 dense",
                   "source": "NVIDIA A100 Tensor Core GPU datasheet (312 TFLOPS BF16/FP16, 624 with sparsity)"},
-    "H100 SXM peak": {"value": 989.4, "unit": "TFLOP/s bf16 dense",
+    "H100 SXM peak": {"value": PEAK_TFLOPS["H100"]["bf16"], "unit": "TFLOP/s bf16 dense",
                       "source": "NVIDIA H100 Tensor Core GPU Architecture whitepaper, Table 2 (H100 SXM5 dense "
                                 "BF16 989.4; the datasheet's 1,979 is with sparsity)"},
     "achievable share of peak": {"value": 0.4, "unit": "fraction, GEMMs only",
                                  "source": "the planner's default --mfu: an assumption, not a measurement"},
-    "A100 40GB memory bandwidth": {"value": 1555.0, "unit": "GB/s HBM2",
+    "A100 40GB memory bandwidth": {"value": HBM_GBPS["A100"][40], "unit": "GB/s HBM2",
                                    "source": "NVIDIA A100 Tensor Core GPU datasheet (A100 40GB: 1,555 GB/s)"},
-    "A100 80GB SXM memory bandwidth": {"value": 2039.0, "unit": "GB/s HBM2e",
+    "A100 80GB SXM memory bandwidth": {"value": HBM_GBPS["A100"][80], "unit": "GB/s HBM2e",
                                        "source": "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM: 2,039 GB/s)"},
-    "H100 SXM memory bandwidth": {"value": 3350.0, "unit": "GB/s HBM3",
+    "H100 SXM memory bandwidth": {"value": HBM_GBPS["H100"][80], "unit": "GB/s HBM3",
                                   "source": "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM: 3.35 TB/s)"},
     "NVLink A100 (nvlink3)": {"value": 230.0, "unit": "GB/s bus bandwidth assumed",
                               "source": "A100 datasheet: NVLink 600 GB/s (300 GB/s per direction)"},
