@@ -64,7 +64,7 @@ def report_result(result: dict, output: str | None, commit: str | None = None) -
             json.dump(result, f, indent=2)
 
 
-def child_env(threads: int) -> dict:
-    """A benchmark's child process: this checkout's package, DeepSpeed's CPU accelerator, `threads` torch threads,
-    never the Hub, and no launcher's rank variables (one process, no launcher)."""
-    return utils.child_env(REPO, **utils.OFFLINE, DS_ACCELERATOR="cpu", OMP_NUM_THREADS=str(threads))
+def child_env(threads: int, checkout: Path = REPO) -> dict:
+    """A benchmark's child process: `checkout`'s package (this one unless told), DeepSpeed's CPU accelerator,
+    `threads` torch threads, never the Hub, and no launcher's rank variables (one process, no launcher)."""
+    return utils.child_env(checkout, **utils.OFFLINE, DS_ACCELERATOR="cpu", OMP_NUM_THREADS=str(threads))

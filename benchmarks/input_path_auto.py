@@ -44,12 +44,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import report_result  # benchmarks/_common.py (scripts run as benchmarks/<name>.py)
+from _common import child_env, report_result  # benchmarks/_common.py (scripts run as benchmarks/<name>.py)
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hf_vit_scaling import utils  # noqa: E402
 from hf_vit_scaling.throughput.schema import load_throughput_report  # noqa: E402
 
 PATHS = ("auto", "per_sample")
@@ -72,7 +71,7 @@ def write_synthetic(folder: Path, count: int, classes: int = 2) -> dict:
 
 def run_recipe(args, train_dir: Path, path: str, checkout: Path = REPO) -> dict:
     """One run of `checkout`'s recipe on `path`: its throughput report's figures and the path auto chose."""
-    env = utils.child_env(checkout, **utils.OFFLINE, DS_ACCELERATOR="cpu", OMP_NUM_THREADS=str(args.threads))
+    env = child_env(args.threads, checkout)
     with tempfile.TemporaryDirectory() as out:
         cmd = [
             sys.executable, str(checkout / "recipes" / "train_vit.py"), "--output_dir", out,
