@@ -40,6 +40,7 @@ from hf_vit_scaling.training.checkpoints import (
 from hf_vit_scaling.training.distillation import Teacher, check_teacher_labels, check_teacher_rows
 from hf_vit_scaling.training.hub import push_trained_model
 from hf_vit_scaling.training.learning_rate import apply_lr_scaling
+from hf_vit_scaling.training.loader_workers import release_loader_workers
 from hf_vit_scaling.training.model_hooks import attach_model_hooks
 from hf_vit_scaling.utils import write_json_atomically
 
@@ -268,6 +269,7 @@ def finish_run(trainer, train_result, world: World, inputs: TrainerInputs, score
     trainer.write_model_card(eval_metrics)
     if trainer.args.push_to_hub:
         push_trained_model(trainer)  # our create_model_card writes the same card before the upload
+    release_loader_workers(trainer)  # not at interpreter exit: up to 5 s per worker there (see the module)
     noted = "".join(f", {n} {what}" for what, n in skips.items() if n)
     logger.info(f"Done: {trainer.args.output_dir} ({score} {eval_metrics.get(f'eval_{score}', float('nan')):.4f}, "
                 f"{world.engine.label()}, {trainer.args.world_size} process(es){noted})")  # fmt: skip

@@ -66,6 +66,7 @@ class VitTrainer(UpstreamOverrides):
         self.layer_decay_report = self._attach(LayerDecayReport() if layer_decay is not None else None)
         self.model_card_facts = model_card
         self.rank_batches = rank_batches
+        self._loaders_made = []  # train loaders handed to the training loop (training/loader_workers.py)
         self.sequence_parallel = sequence_parallel
         self.nonfinite = NonFiniteLossPolicy(self, nonfinite_policy)
         if ema is not None:
@@ -126,6 +127,11 @@ class VitTrainer(UpstreamOverrides):
     # ------------------------------------------------------------------ batches per rank
 
     def get_train_dataloader(self):
+        loader = self._train_dataloader_for_this_run()
+        self._loaders_made.append(loader)  # training/loader_workers.py ends its persistent workers
+        return loader
+
+    def _train_dataloader_for_this_run(self):
         if isinstance(self.train_dataset, StreamingTrainData):  # batches made in the stream, one rank's shards
             return self.train_dataset.loader(self.args)
         if self.sequence_parallel is not None:

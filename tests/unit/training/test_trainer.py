@@ -18,6 +18,7 @@ from hf_vit_scaling.log import setup_logging
 from hf_vit_scaling.parallel.hetero import loss_weight
 from hf_vit_scaling.regularization.ema import EMACallback
 from hf_vit_scaling.training.faults import FAULTS_ENV
+from hf_vit_scaling.training.loader_workers import release_loader_workers
 from hf_vit_scaling.training.sample_trace import TRACE_DIRNAME
 from hf_vit_scaling.training.trainer import VitTrainer
 from tests.helpers.builders import tiny_vit_config
@@ -147,3 +148,33 @@ def test_the_ema_leaves_out_the_steps_the_nonfinite_policy_skips(make_trainer):
     trainer = make_trainer(ema=ema, nonfinite_policy="skip")
     trainer.nonfinite.check(torch.tensor(float("nan")))  # step 1 skipped on every rank
     assert ema.skipped_steps == trainer.nonfinite.skipped_steps == [1]
+
+
+class _TinyImages(torch.utils.data.Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return {"pixel_values": torch.full((3, 8, 8), float(i) / 8), "labels": torch.tensor(i % 3)}
+
+
+def test_release_loader_workers_ends_the_persistent_workers_of_both_loaders(tmp_path, monkeypatch):
+    """Left to interpreter exit, persistent workers cost up to 5 s each per loader (pytorch#81794: ~82 s per GPU
+    recipe run with 8 workers); finish_run ends them first. Without the release, both loaders' workers live on."""
+    import psutil
+
+    monkeypatch.delenv(FAULTS_ENV, raising=False)
+    torch.manual_seed(0)
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none", max_steps=2,
+                             per_device_train_batch_size=4, per_device_eval_batch_size=4, dataloader_num_workers=1,
+                             dataloader_persistent_workers=True, save_strategy="no", disable_tqdm=True)  # fmt: skip
+    trainer = VitTrainer(model=ViTForImageClassification(tiny_vit_config()), args=args,
+                         train_dataset=_TinyImages(), eval_dataset=_TinyImages())  # fmt: skip
+    trainer.train()
+    trainer.evaluate()
+    me = psutil.Process()
+    workers = [p for p in me.children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert len(workers) >= 2  # one train worker, one eval worker, both kept alive by persistent_workers
+    release_loader_workers(trainer)
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert alive == []
