@@ -474,3 +474,39 @@ def compile_speed(result: dict) -> str:
          "compiled within warm-up"],
         rows,
     )  # fmt: skip
+
+
+def gpu_check_merged(result: dict) -> dict:
+    """A results file of several `make gpu-check` calls (`runs`) as one: each item from the last run where it was ok
+    (a rerun with --only fills in what the first call could not finish), else from the first."""
+    merged = {**result["runs"][0], "items": dict(result["runs"][0]["items"])}
+    for run in result["runs"][1:]:
+        merged["items"].update({name: r for name, r in run["items"].items() if r.get("status") == "ok"})
+    return merged
+
+
+def gpu_check(result: dict) -> str:
+    """`make gpu-check`'s own table (benchmarks/gpu_check_report.py), its items merged over the file's runs."""
+    from gpu_check_report import markdown  # benchmarks/gpu_check_report.py
+
+    return markdown(gpu_check_merged(result)).split("\n\n", 1)[1].rstrip("\n")
+
+
+def gpu_compile(result: dict) -> str:
+    """Eager against compiled on the GPU: the floor (plain loop, one batch on the device) and the plain Trainer, step
+    times, compiled / eager step rate, warm-up (the compile inside it) and peak memory."""
+    items = gpu_check_merged(result)["items"]
+    floor = items["floor"]["figures"]
+    rows = [["floor (plain loop)", floor["eager"]["step_s"], floor["compiled"]["step_s"],
+             f"{floor['eager']['warmup_s']:.1f} / {floor['compiled']['warmup_s']:.1f} s",
+             floor["eager"]["peak_allocated_bytes"], floor["compiled"]["peak_allocated_bytes"]]]  # fmt: skip
+    eager, compiled = items["ddp-eager"].get("figures"), items["ddp-compiled"].get("figures")
+    if eager and compiled:
+        rows.append(["plain Trainer", eager["step_time_s"], compiled["step_time_s"], "in the run's throughput.json",
+                     eager["memory_bytes"], compiled["memory_bytes"]])  # fmt: skip
+    return table(
+        ["run", "eager step", "compiled step", "compiled / eager step rate", "warm-up eager / compiled",
+         "peak eager / compiled"],
+        [[name, f"{1000 * e:.1f} ms", f"{1000 * c:.1f} ms", f"{e / c:.2f}×", warm,
+          f"{pe / 2**30:.2f} / {pc / 2**30:.2f} GiB"] for name, e, c, warm, pe, pc in rows],
+    )  # fmt: skip

@@ -76,6 +76,8 @@ TABLES: dict[str, tuple[str, Callable[[dict], str]]] = {
     "planner_published_commands": (f"{RESULTS}/planner_published.json", renderers.planner_published_commands),
     "planner_projection": (f"{RESULTS}/planner_published.json", renderers.planner_projection),
     "planner_worked_example": (f"{RESULTS}/planner_published.json", renderers.planner_worked_example),
+    "gpu_check": (f"{RESULTS}/gpu_check_h200.json", renderers.gpu_check),
+    "gpu_compile": (f"{RESULTS}/gpu_check_h200.json", renderers.gpu_compile),
 }
 
 
