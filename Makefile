@@ -12,7 +12,7 @@ NUM_PROCESSES ?= $(shell if command -v nvidia-smi >/dev/null 2>&1; then \
 	else n=$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$$n" -gt 0 ] && echo $$n || echo 1; fi; \
 	else echo 2; fi)
 
-.PHONY: install train medical medical-distil fashion-distil test test-serial test-fast test-unit docs-figures style quality clean gpu-check
+.PHONY: install train medical medical-distil fashion-distil test test-extended test-serial test-fast test-unit docs-figures style quality clean gpu-check
 
 install: $(VENV)/.installed
 
@@ -55,9 +55,14 @@ fashion-distil: install
 	SEED=$(SEED) bash recipes/fashion_mnist/distil.sh
 
 # 2 pytest-xdist workers; --dist loadfile keeps each test file on one worker, so a file's shared launched runs
-# (module fixtures) run once. The 25 slowest tests are listed at the end. `make test-serial`: one process.
+# (module fixtures) run once. The 25 slowest tests are listed at the end. `make test` is the core tier (within 20
+# minutes on 2 cores); `make test-extended` the launched cells a core test covers on a sibling setting (tests/tiers.py);
+# CI runs both. `make test-serial`: both tiers, one process.
 test: install
-	$(VENV)/bin/python -m pytest -q tests -n 2 --dist loadfile --durations=25
+	$(VENV)/bin/python -m pytest -q tests -n 2 --dist loadfile --durations=25 -m "not extended"
+
+test-extended: install
+	$(VENV)/bin/python -m pytest -q tests -n 2 --dist loadfile --durations=25 -m extended
 
 test-serial: install
 	$(VENV)/bin/python -m pytest -q tests --durations=25

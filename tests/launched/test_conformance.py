@@ -29,7 +29,7 @@ from transformers import ViTConfig, ViTForImageClassification
 
 from hf_vit_scaling.models.presets import load_model_for_finetuning
 from hf_vit_scaling.training.checkpoints import convert_to_universal, universal_tag_folder
-from tests.helpers.engine_runs import CHECK_EVERY, ENGINE_STEPS, ENGINES
+from tests.helpers.engine_runs import CHECK_EVERY, ENGINE_RUN_ARGS, ENGINE_STEPS, ENGINES
 from tests.helpers.launchers import (
     RECIPE,
     TINY_ARGS,
@@ -40,6 +40,7 @@ from tests.helpers.launchers import (
     side_by_side,
     steps_trained_since,
 )
+from tests.tiers import selected_params
 
 pytestmark = pytest.mark.distributed
 
@@ -101,10 +102,13 @@ ONE_PROCESS_RESUMES = [(engine, True) for engine in MATRIX if resumes_on_one_pro
 
 
 @pytest.fixture(scope="module")
-def resumed_runs(engine_runs, tmp_path_factory):
+def resumed_runs(request, engine_runs, tmp_path_factory):
     """`resumed_runs(engine)` -> (output folder, process) of the engine's resumed run (see the module's docstring),
     made on first use; the first one-process run asked for starts every one-process run, two side by side."""
     done = {}
+    # The one-process resumes of the engines this session tests (`make test`: the core ones, tests/tiers.py).
+    selected = set(selected_params(request, "engine")) | {"zero3"}
+    one_process = [key for key in ONE_PROCESS_RESUMES if key[0] in selected]
 
     def command(engine: str, one: bool) -> tuple:
         """(output folder, command) of the engine's resumed run."""
@@ -126,7 +130,7 @@ def resumed_runs(engine_runs, tmp_path_factory):
     def get(engine: str, one: bool | None = None):
         one = resumes_on_one_process(engine) if one is None else one
         if (engine, one) not in done:
-            keys = [key for key in ONE_PROCESS_RESUMES if key not in done] if one else [(engine, one)]
+            keys = [key for key in one_process if key not in done] if one else [(engine, one)]
             commands = {key: command(*key) for key in keys}  # the references (2-process runs) first, one by one
             procs = side_by_side(*(partial(run, cmd) for _, cmd in commands.values()))
             for (key, (out, _)), proc in zip(commands.items(), procs, strict=True):
@@ -322,3 +326,58 @@ def test_fine_tuning_from_a_saved_run_loads_every_encoder_tensor(engine_runs, en
     assert len(encoder) == len(reference) - 2 and tuned["classifier.weight"].shape[0] == 3
     for name in encoder:
         assert torch.equal(tuned[name], reference[name]), f"{engine}, fine-tune: {name} was not loaded as saved"
+
+
+# --------------------------------------------------------------------------- the compiled arm
+
+# `--torch_compile` with aot_eager (dynamo's capture and AOTAutograd's graphs, what meets the engine: see
+# test_compile.py, which also has inductor's measured drift, 1.0e-7); its losses equal eager's to this tolerance.
+COMPILE_FLAGS = ["--torch_compile_backend", "aot_eager"]
+COMPILED_TOLERANCE = 1e-5  # relative, per step, as in test_compile.py
+
+
+@pytest.fixture(scope="module")
+def compiled_runs(tmp_path_factory):
+    """DDP compiled: the uninterrupted 2-process run (the engine runs' schedule), then its checkpoint-6 resumed
+    compiled on ONE process with 2 micro-batches of 16 (another world size and accumulation at once)."""
+    reference = tmp_path_factory.mktemp("compiled_ddp")
+    proc = run([*launcher_cmd("torchrun", 2), RECIPE, "--output_dir", reference, *TINY_ARGS, *ENGINE_RUN_ARGS,
+                *COMPILE_FLAGS])  # fmt: skip
+    assert proc.returncode == 0, f"compiled DDP failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    resumed = tmp_path_factory.mktemp("compiled_ddp_resumed_one")
+    shutil.copytree(reference / f"checkpoint-{RESUME_AT}", resumed / f"checkpoint-{RESUME_AT}")
+    proc = run([
+        *launcher_cmd("python", 1), RECIPE, "--output_dir", resumed, *TINY_ARGS, *ENGINE_RUN_ARGS, *COMPILE_FLAGS,
+        "--per_device_train_batch_size", "16", "--gradient_accumulation_steps", "2",
+        "--resume_from_checkpoint", resumed / f"checkpoint-{RESUME_AT}", "--trace_samples", "true",
+    ])  # fmt: skip
+    assert proc.returncode == 0, f"compiled resume failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return reference, resumed
+
+
+def compile_facts(folder) -> dict:
+    return read_json(folder / "throughput.json")["compile"]
+
+
+def test_compiled_ddp_trains_eager_ddp_s_losses(engine_runs, compiled_runs):
+    """Fails if the compiled run stayed eager or trains, evaluates or saves other numbers than eager DDP."""
+    reference, _ = compiled_runs
+    facts = compile_facts(reference)
+    assert facts["compiled"] and facts["recompiles_after_warmup"] == 0, facts
+    eager = engine_runs["ddp"][0]
+    for key in ("loss", "eval_loss"):
+        expected, got = losses_by_step(eager, key), losses_by_step(reference, key)
+        assert got.keys() == expected.keys(), key
+        assert [got[s] for s in expected] == pytest.approx(list(expected.values()), rel=COMPILED_TOLERANCE), key
+    differs = first_difference(checkpoint_weights(eager, eager), checkpoint_weights(reference, reference),
+                               rtol=1e-4, atol=1e-6)  # fmt: skip
+    assert differs is None, f"compiled DDP's final weights differ from eager DDP's at {differs}"
+
+
+def test_compiled_run_resumes_exactly_on_another_world_size(compiled_runs):
+    """A compiled run's checkpoint (saved from the compiled model: no `_orig_mod.` keys, or from_pretrained fails
+    in `checkpoint_weights`) resumed compiled on one process with accumulation: only steps 7-12 run, with the
+    reference's losses, evaluations and final weights."""
+    reference, resumed = compiled_runs
+    assert compile_facts(resumed)["compiled"]
+    assert_resume_gives_the_reference_run(reference, resumed, "ddp compiled, 2 -> 1")

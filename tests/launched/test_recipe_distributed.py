@@ -35,6 +35,7 @@ from tests.helpers.launchers import (
     run_script,
     side_by_side,
 )
+from tests.tiers import selected_params
 
 pytestmark = pytest.mark.distributed
 
@@ -101,10 +102,11 @@ def evaluate_saved_models(tmp_path, runs: list[tuple]) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def reloaded_scores(engine_runs, tmp_path_factory) -> dict:
-    """{ds_config: top-1 of its saved model reloaded in a new process}: every config's run (`engine_runs`), then every
-    saved model scored in one new process (one start-up for all, instead of one each)."""
-    runs = {config: engine_runs[config.stem] for config in DS_CONFIG_FILES}
+def reloaded_scores(request, engine_runs, tmp_path_factory) -> dict:
+    """{ds_config: top-1 of its saved model reloaded in a new process}: every tested config's run (`engine_runs`;
+    `make test` tests the core ones, tests/tiers.py), then every saved model scored in one new process (one start-up
+    for all, instead of one each)."""
+    runs = {config: engine_runs[config.stem] for config in selected_params(request, "ds_config")}
     scores = evaluate_saved_models(tmp_path_factory.mktemp("reload"), [(out, args) for out, _, args in runs.values()])
     return dict(zip(runs, scores))
 

@@ -28,6 +28,7 @@ from safetensors.torch import load_file
 
 from tests.helpers.builders import make_uint8_shards
 from tests.helpers.launchers import losses_by_step, run_recipe, sample_trace, side_by_side
+from tests.tiers import selected_params
 
 pytestmark = pytest.mark.distributed
 
@@ -100,11 +101,13 @@ def uninterrupted_then_resumed(tmp_path, name: str, data):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, data):
-    """Every case, two at a time (the 2-process ones alone)."""
+def runs(request, tmp_path_factory, data):
+    """Every case this session runs (`make test` runs the core ones: tests/tiers.py), two at a time (the 2-process
+    ones alone)."""
     tmp = tmp_path_factory.mktemp("resume_augmented")
-    one = [name for name in CASES if CASES[name][0] == 1]
-    two = [name for name in CASES if CASES[name][0] == 2]
+    cases = selected_params(request, "name")
+    one = [name for name in cases if CASES[name][0] == 1]
+    two = [name for name in cases if CASES[name][0] == 2]
     done = dict(zip(one, side_by_side(*[lambda n=n: uninterrupted_then_resumed(tmp, n, data) for n in one])))
     done |= {name: uninterrupted_then_resumed(tmp, name, data) for name in two}
     return done

@@ -1,0 +1,110 @@
+"""A pytest plugin: the two tiers of the suite. `make test` (the README's test command, within 20 minutes of pytest
+on 2 cores) runs every test not marked `extended`; `make test-extended` runs the rest; CI (.ci/run) runs both.
+
+The extended tier holds the launched cells whose code path a core test already runs on a sibling setting:
+- the engine variants: ZeRO-0, ZeRO-1 and the two CPU-offload configs wherever they are a cell of an engine matrix
+  (ZeRO-2, ZeRO-3 and plain DDP stay core), and FSDP2 with full state dicts where the sharded one is the core cell;
+- the further cells of a feature's launched matrix, named below with the core cell that stays and why.
+Fixtures that make every cell's run at once (the resume matrix, the conformance resumes, the reload scores) make
+only the cells of the tests this session runs (`selected_params`)."""
+
+import pytest
+
+VARIANT_ENGINES = {"zero0", "zero1", "zero2_offload", "zero3_offload"}
+# FSDP2 with full state dicts, where FSDP2 sharded is the core cell of the same matrix.
+FULL_FSDP2_WHERE_SHARDED_IS_CORE = ("test_fsdp.py::", "test_conformance.py::test_fine_tuning")
+
+# node id substring -> why it is extended (the core cell that covers the same code path).
+EXTENDED = {
+    "test_slurm.py::test_train_sbatch_interrupted_requeued_and_resumed_exactly[zero2-accelerate-preemption]":
+        "the DDP/torchrun requeue (time-limit signal) is the core cell; the engines' own resumes are elsewhere",
+    "test_resume_augmented.py::test_resume_with_every_augmentation_is_exact_and_runs_only_the_remaining_steps"
+    "[per_sample-1proc-0workers-mid_epoch]": "per_sample is core on 2 processes with workers",
+    "test_resume_augmented.py::test_resume_with_every_augmentation_is_exact_and_runs_only_the_remaining_steps"
+    "[host_crop-2proc-0workers-mid_epoch]": "host_crop is core on 1 process with workers",
+    "test_resume_augmented.py::test_resume_with_every_augmentation_is_exact_and_runs_only_the_remaining_steps"
+    "[shards-1proc-2workers-mid_epoch]": "map-style reads share the per_sample core cell's draws",
+    "test_resume_augmented.py::test_resume_with_every_augmentation_is_exact_and_runs_only_the_remaining_steps"
+    "[streamed_shards-2proc-2workers-mid_pass]": "streaming is core with Parquet files",
+    "test_reliability.py::test_fsdp2_sigkill_one_rank_then_resume_from_sharded_checkpoint":
+        "the SIGKILL path is core under ZeRO-2; FSDP2 sharded resume is core in test_conformance.py",
+    "test_compile.py::test_every_engine_compiles_on_two_processes[ddp]":
+        "compiled DDP is core in test_conformance.py (losses, weights, resume on another world size)",
+    "test_compile.py::test_every_engine_compiles_on_two_processes[zero2]":
+        "DeepSpeedEngine.compile() is core under ZeRO-3, with its gather hooks",
+    "test_gpu_path_flags.py::test_bf16_trains_and_saves_a_model_that_reloads[ddp]": "bf16 is core under ZeRO-3",
+    "test_gpu_path_flags.py::test_bf16_trains_and_saves_a_model_that_reloads[zero2]": "bf16 is core under ZeRO-3",
+    "test_gpu_path_flags.py::test_bf16_trains_and_saves_a_model_that_reloads[fsdp2]": "bf16 is core under ZeRO-3",
+    "test_per_rank_randomness.py::test_sequence_parallel_groups_draw_alike_within_and_apart_across":
+        "sequence-parallel groups' draws are core in test_sequence_parallel_launched.py (4 processes, resumed)",
+    "test_streaming_launched.py::test_peak_memory_does_not_grow_with_the_data_set":
+        "a memory bound over two data-set sizes; streaming's rows and resume are core",
+    "test_streaming_launched.py::test_every_row_once_per_pass_across_two_ranks[16]": "the [15] cell is core",
+    "test_regularization_launched.py::test_layer_decay_gives_each_parameter_group_its_lr[fsdp2-2-processes]":
+        "layer decay is core on the plain Trainer",
+    "test_hetero_launched.py::test_uneven_batches_give_the_same_gradient[ddp-own-weights]":
+        "uneven batches are core under DDP",
+    "test_hetero_launched.py::test_uneven_batches_give_the_same_gradient[fsdp2]": "uneven batches are core under DDP",
+    "test_mae_launched.py::test_pretraining_logs_knn_accuracy_and_draws_the_picture[zero2]":
+        "MAE pretraining is core under ZeRO-3",
+    "test_distillation_launched.py::test_teacher_is_whole_on_every_rank_frozen_and_outside_the_optimizer[zero2_token]":
+        "the teacher is core under ZeRO-3",
+    "test_interruption_launched.py::test_one_rank_signalled_every_rank_saves_the_step_the_uninterrupted_run_saved"
+    "[fsdp2_sharded]": "the agreed stop is core under ZeRO-3, torchrun and one process",
+    "test_one_stop_handler_launched.py::test_jit_checkpoint_is_refused_on_every_launch_before_any_step[zero2]":
+        "the refusal is core on one process",
+    "test_fashion_distil_script.py::test_one_command_trains_the_seed_s_teacher_then_its_student":
+        "the distillation recipe is core in test_distillation_launched.py; this runs make fashion-distil's script",
+    "test_resume_augmented.py::test_resume_with_every_augmentation_is_exact_and_runs_only_the_remaining_steps"
+    "[streamed_files-1proc-2workers-mid_pass]": "a streamed resume is core in test_streaming_launched.py (SIGKILL)",
+    "test_gpu_check.py::test_dry_run_runs_every_part":
+        "the GPU check's CPU dry run (the script ran on an H200: benchmarks/results/gpu_check_h200.json)",
+    "test_slurm.py::test_train_sbatch_interrupted_requeued_and_resumed_exactly[ddp-torchrun-time_limit_signal]":
+        "the Slurm study is core; the requeue's resume is the engines' own, core in test_conformance.py",
+    "test_gpu_path_flags.py::test_torch_compile_with_device_inputs_drop_path_and_throughput_hooks":
+        "inductor's code generation on the CPU; compile is core with aot_eager (test_compile.py, test_conformance.py)",
+    "test_sequence_parallel_launched.py::test_four_processes_two_data_parallel_groups_of_two":
+        "4 processes in 2 groups are core in the draw-and-resume test of the same file",
+    "test_sequence_parallel_launched.py::test_recipe_high_resolution_finetune_under_zero3":
+        "sequence parallelism through the recipe is core under ZeRO-2",
+    "test_distillation_launched.py::test_sigkill_one_rank_then_resume_from_checkpoint_logs_the_uninterrupted_losses":
+        "the SIGKILL resume is core under ZeRO-2 (test_reliability.py) and for MAE",
+    "test_regularization_launched.py::test_layer_decay_gives_each_parameter_group_its_lr[zero2-2-processes]":
+        "layer decay is core on the plain Trainer",
+    "test_hetero_launched.py::test_uneven_batches_give_the_same_gradient[zero2]": "uneven batches are core under DDP",
+    "test_one_stop_handler_launched.py::test_jit_checkpoint_is_refused_on_every_launch_before_any_step[ddp]":
+        "the refusal is core on one process",
+}  # fmt: skip
+
+
+def is_extended(nodeid: str, params: list[str]) -> bool:
+    if any(key in nodeid for key in EXTENDED):
+        return True
+    if "tests/launched/" in nodeid and "test_launchers_two_processes" not in nodeid and VARIANT_ENGINES & set(params):
+        return True  # (the deepspeed launcher's one cell runs ZeRO-1: it is that launcher's test, so core)
+    return "fsdp2" in params and any(where in nodeid for where in FULL_FSDP2_WHERE_SHARDED_IS_CORE)
+
+
+def item_params(item) -> list[str]:
+    callspec = getattr(item, "callspec", None)
+    return callspec.id.split("-") if callspec is not None else []
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if is_extended(item.nodeid, item_params(item)):
+            item.add_marker(pytest.mark.extended)
+
+
+def selected_params(request, argname: str) -> list:
+    """The values of `argname` in the tests of the requesting module that this session runs (after -m/-k), in
+    collection order: what a fixture that makes every cell at once should make."""
+    module = request.node.module if hasattr(request.node, "module") else None
+    values = []
+    for item in request.session.items:
+        callspec = getattr(item, "callspec", None)
+        if getattr(item, "module", None) is module and callspec is not None and argname in callspec.params:
+            value = callspec.params[argname]
+            if value not in values:
+                values.append(value)
+    return values
