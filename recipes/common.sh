@@ -11,8 +11,10 @@ launch() {  # N SCRIPT [ARGS...]; 2 or more processes: --multi_gpu, accelerate's
     # accelerate sets OMP_NUM_THREADS=1 for a single process too: give it every core unless the caller chose.
     local threads=()
     [ "$processes" -eq 1 ] && threads=(env "OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}")
+    # Port 0: accelerate picks a free port, so two recipes (or two test workers) on one machine never share 29500.
     "${threads[@]}" "$PYTHON" -m accelerate.commands.launch $([ "$processes" -gt 1 ] && echo --multi_gpu) \
-        --num_processes "$processes" --num_machines 1 --mixed_precision no --dynamo_backend no "$@"
+        --num_processes "$processes" --num_machines 1 --main_process_port "${MAIN_PROCESS_PORT:-0}" \
+        --mixed_precision no --dynamo_backend no "$@"
 }
 
 # fail, require_count, require_whole, require_writable: recipes/checks.sh (the Slurm scripts use them too).

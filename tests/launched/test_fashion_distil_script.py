@@ -89,4 +89,4 @@ def test_a_one_process_launch_gets_every_core_and_two_processes_one_each(tmp_pat
     proc = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = [int(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("threads ")]
-    assert counts == [len(os.sched_getaffinity(0)), 1, 1]
+    assert counts == [len(os.sched_getaffinity(0)), 1, 1], proc.stdout[-2000:] + proc.stderr[-3000:]

@@ -245,7 +245,7 @@ def test_train_sbatch_interrupted_requeued_and_resumed_exactly(slurm_cluster, en
     every step after it and its final weights (the engine's 2-process run, tests/helpers/engine_runs.py)."""
     from hf_vit_scaling.training.checkpoints import checkpoint_problem
     from tests.helpers.engine_runs import ENGINE_RUN_ARGS, ENGINE_STEPS, ENGINES
-    from tests.helpers.launchers import RECIPE, TINY_ARGS, losses_by_step, read_json
+    from tests.helpers.launchers import RECIPE, TINY_ARGS, losses_by_step, read_json, steps_trained_since
     from tests.launched.test_conformance import checkpoint_weights, first_difference
 
     nodes, root, cluster_env = slurm_cluster["nodes"], slurm_cluster["root"], slurm_cluster["env"]
@@ -253,7 +253,8 @@ def test_train_sbatch_interrupted_requeued_and_resumed_exactly(slurm_cluster, en
         pytest.skip(f"one node name resolves here ({nodes}): the test needs two")
     reference, _, _ = engine_runs[engine]
     out = tmp_path / "train"
-    recipe_args = [*TINY_ARGS, *ENGINES[engine][1], *ENGINE_RUN_ARGS, "--per_device_train_batch_size", "16"]
+    recipe_args = [*TINY_ARGS, *ENGINES[engine][1], *ENGINE_RUN_ARGS, "--per_device_train_batch_size", "16",
+                   "--trace_samples", "true"]  # fmt: skip
     env = launch_env(SLURM_CONF=cluster_env["SLURM_CONF"], PYTHON=sys.executable, OUT=str(out), LAUNCHER=launcher,
                      PROCS_PER_NODE="1", MASTER_PORT=str(free_port()), RECIPE=str(RECIPE),
                      RECIPE_ARGS=" ".join(recipe_args), HF_VIT_SCALING_FAULTS=f"stall@{STALL_AT}")  # fmt: skip
@@ -294,6 +295,10 @@ def test_train_sbatch_interrupted_requeued_and_resumed_exactly(slurm_cluster, en
     assert log.count("start 1 of job") == 1 and log.count("start 2 of job") == 1, detail
     assert f"finished: {out} (job {job_id}, 2 start(s))" in log, detail
     assert read_json(out / "trainer_state.json")["global_step"] == ENGINE_STEPS
+    # Provably a resume: each rank's own trace (appended by both starts) lists every step once, 1 to the stop's step
+    # from the first start, the rest from the second; a requeued job that restarted from step 1 would list 1-12 again.
+    for rank, steps in steps_trained_since(out, {}).items():
+        assert steps == list(range(1, ENGINE_STEPS + 1)), f"{rank} trained {steps} over the job's two starts"
     expected, got = losses_by_step(reference), losses_by_step(out)
     for s in range(step + 1, ENGINE_STEPS + 1):
         assert got[s] == pytest.approx(expected[s], rel=1e-5, abs=0), f"step {s}: {got[s]} != {expected[s]}"
