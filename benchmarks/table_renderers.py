@@ -308,8 +308,8 @@ def make_test(result: dict) -> str:
 # Why each launched test file is among the slowest: a file that enters the list needs its reason here (the table
 # generation stops and names it), so every slow test is justified where the test section shows it.
 SLOW_BECAUSE = {
-    "test_compile.py": "--torch_compile under plain, DDP, ZeRO-2, ZeRO-3 and FSDP2 (aot_eager), each against eager",
-    "test_resume_augmented.py": "8 resumed runs, all augmentation on: input paths, workers, 1-2 processes",
+    "test_compile.py": "--torch_compile under each engine (aot_eager), against eager (DDP, ZeRO-2: extended tier)",
+    "test_resume_augmented.py": "resumed runs, all augmentation on: input paths, workers, 1-2 processes (3 of 8 core)",
     "test_conformance.py": "every engine's uninterrupted and resumed run (the matrix)",
     "test_gpu_check.py": "`make gpu-check` end to end on the CPU",
     "test_gpu_path_flags.py": "torch.compile of the recipe's model by inductor",
@@ -510,3 +510,36 @@ def gpu_compile(result: dict) -> str:
         [[name, f"{1000 * e:.1f} ms", f"{1000 * c:.1f} ms", f"{e / c:.2f}×", warm,
           f"{pe / 2**30:.2f} / {pc / 2**30:.2f} GiB"] for name, e, c, warm, pe, pc in rows],
     )  # fmt: skip
+
+
+# A recipe folder's results file (benchmarks/recipe_results.py): the medical recipe's test metrics, as its page
+# names them.
+MEDICAL_METRICS = {"roc_auc": "AUROC", "sensitivity": "sensitivity", "specificity": "specificity",
+                   "balanced_accuracy": "balanced accuracy", "accuracy": "accuracy",
+                   "expected_calibration_error": "expected calibration error"}  # fmt: skip
+
+
+def recipe_step_times(result: dict) -> str:
+    """The recipe's command and the wall seconds of each of its steps (a step that did nothing, 0 s, left out)."""
+    rows = [[name, f"{s} s"] for name, s in result["seconds"].items() if s and name != "total"]
+    total = result["seconds"].get("total")
+    if total is not None:
+        rows.append(["total", f"{total} s ({total // 60} min {total % 60} s)"])
+    return f"`{result['run_command']}` (config `{result['config_file']}`):\n\n" + table(["step", "time"], rows)
+
+
+RULES = {"youden": "Youden's J"}
+
+
+def medical_test_metrics(result: dict) -> str:
+    """Test metrics at the threshold chosen on validation, each with its bootstrap interval (AUROC in bold: the
+    figure the recipe's target is set on)."""
+    metrics = result["metrics"]
+    test, choice = metrics["test"], metrics["threshold_choice"]
+    rule = RULES.get(choice["rule"], choice["rule"])
+    lead = (f"Test split ({metrics['test_images']} images, {metrics['test_groups']} duplicate groups), threshold "
+            f"{test['threshold']:.3f} chosen on validation by {rule}:\n\n")  # fmt: skip
+    rows = [[label, strong(f"{test[key]['value']:.3f}", key == "roc_auc"),
+             f"{test[key]['ci_low']:.3f} - {test[key]['ci_high']:.3f}"]
+            for key, label in MEDICAL_METRICS.items()]  # fmt: skip
+    return lead + table(["metric", "value", "95% CI"], rows)

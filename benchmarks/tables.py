@@ -59,6 +59,7 @@ TABLES: dict[str, tuple[str, Callable[[dict], str]]] = {
     "stop_on_signal": (f"{RESULTS}/stop_on_signal.json", renderers.stop_on_signal),
     "callback_overhead": (f"{RESULTS}/callback_overhead.json", renderers.callback_overhead),
     "make_test": (f"{RESULTS}/make_test.json", renderers.make_test),
+    "make_test_extended": (f"{RESULTS}/make_test_extended.json", renderers.make_test),
     "make_train": (f"{RESULTS}/make_train.json", renderers.make_train),
     "make_train_report": (f"{RESULTS}/make_train.json", renderers.make_train_report),
     "deepspeed_ops_build": (f"{RESULTS}/deepspeed_ops_build.json", renderers.timed_command_and_last_line),

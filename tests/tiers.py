@@ -57,8 +57,6 @@ EXTENDED = {
         "the distillation recipe is core in test_distillation_launched.py; this runs make fashion-distil's script",
     "test_resume_augmented.py::test_resume_with_every_augmentation_is_exact_and_runs_only_the_remaining_steps"
     "[streamed_files-1proc-2workers-mid_pass]": "a streamed resume is core in test_streaming_launched.py (SIGKILL)",
-    "test_gpu_check.py::test_dry_run_runs_every_part":
-        "the GPU check's CPU dry run (the script ran on an H200: benchmarks/results/gpu_check_h200.json)",
     "test_slurm.py::test_train_sbatch_interrupted_requeued_and_resumed_exactly[ddp-torchrun-time_limit_signal]":
         "the Slurm study is core; the requeue's resume is the engines' own, core in test_conformance.py",
     "test_gpu_path_flags.py::test_torch_compile_with_device_inputs_drop_path_and_throughput_hooks":

@@ -9,8 +9,8 @@
 #
 # Environment: PYTHON (default .venv/bin/python, else python3), NUM_PROCESSES (2), CONFIG (this folder's
 # config_vit_tiny.yaml: the recipe reads its flags from that one file, paths included; the data folder is its
-# train_dir's parent, and the images are resized once to its image_size). A rerun skips what prepare.py already did;
-# training starts afresh.
+# train_dir's parent, and the images are resized once to its image_size), RESULTS (unset: a results file to write,
+# e.g. recipes/medical_brain_mri/results.json). A rerun skips what prepare.py already did; training starts afresh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source recipes/common.sh
@@ -28,6 +28,7 @@ IMAGE_SIZE=$(setting image_size)
 require_writable "train_dir's parent in $CONFIG" "$DATA_DIR"
 require_writable "output_dir in $CONFIG" "$OUTPUT_DIR"
 [ -z "$TEACHER_CONFIG" ] || require_writable "output_dir in $TEACHER_CONFIG" "$(setting output_dir "$TEACHER_CONFIG")"
+[ -z "${RESULTS:-}" ] || require_writable "the folder of RESULTS" "$(dirname "$RESULTS")"
 start=$SECONDS
 
 echo "== prepare ($DATA_DIR)"
@@ -49,6 +50,15 @@ trained=$SECONDS
 
 echo "== evaluate"
 "$PYTHON" "$HERE/evaluate_model.py" --model_dir "$OUTPUT_DIR" --data_dir "$DATA_DIR"
+done_at=$SECONDS
 echo "Time: prepare $((prepared - start)) s, teacher $((taught - prepared)) s, train $((trained - taught)) s," \
-     "evaluate $((SECONDS - trained)) s," \
-     "total $((SECONDS - start)) s"
+     "evaluate $((done_at - trained)) s," \
+     "total $((done_at - start)) s"
+# RESULTS=<file>: the run as a results file (metrics, step times, config, commit, machine), e.g. this folder's
+# results.json, from which its README's tables are generated (benchmarks/recipe_results.py, benchmarks/tables.py).
+if [ -n "${RESULTS:-}" ]; then
+    "$PYTHON" benchmarks/recipe_results.py --run_command "${RUN_COMMAND:-bash $HERE/run.sh}" \
+        --metrics "$OUTPUT_DIR/medical_results.json" --config "$CONFIG" --output "$RESULTS" \
+        --seconds "prepare=$((prepared - start))" "teacher=$((taught - prepared))" "train=$((trained - taught))" \
+        "evaluate=$((done_at - trained))" "total=$((done_at - start))" > /dev/null
+fi

@@ -98,3 +98,58 @@ def test_a_model_not_matching_its_weights_is_refused_by_the_script(tmp_path, alt
     assert "--model_dir" in line and "does not hold every tensor of its model" in line and words in line, line
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert not (folder / "medical_results.json").exists()
+
+
+def test_the_run_s_results_file_holds_its_metrics_times_config_and_provenance_and_renders_them(tmp_path, data_dir):
+    """What run.sh does at its end with RESULTS set: benchmarks/recipe_results.py writes the evaluation's metrics,
+    the step times and the config with provenance; the page's tables are rendered from that file, figure for figure
+    (a renderer that read another key, or a writer that dropped one, fails here)."""
+    sys.path.insert(0, str(EVALUATE.parents[2] / "benchmarks"))
+    import table_renderers
+
+    model_dir = saved_model(tmp_path / "model", "vit-tiny-cpu", None)
+    argv = ["--model_dir", str(model_dir), "--data_dir", str(data_dir), "--positive_label", "sick",
+            "--bootstrap_resamples", "20"]  # fmt: skip
+    assert load_evaluate().main(argv) == 0
+    config = tmp_path / "config.yaml"
+    config.write_text("model_preset: vit-tiny-cpu\nnum_train_epochs: 30\n")
+    out = tmp_path / "results.json"
+    script = EVALUATE.parents[2] / "benchmarks" / "recipe_results.py"
+    proc = run([sys.executable, str(script), "--run_command", "make medical", "--metrics",
+                str(model_dir / "medical_results.json"), "--config", str(config), "--seconds", "prepare=26",
+                "teacher=0", "train=335", "evaluate=14", "total=375", "--output", str(out)])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    metrics = json.loads((model_dir / "medical_results.json").read_text())
+    assert result["metrics"] == metrics
+    assert result["config"] == {"model_preset": "vit-tiny-cpu", "num_train_epochs": 30}
+    assert {"commit", "cpu", "cores", "versions", "date"} <= result["provenance"].keys()
+    times = table_renderers.recipe_step_times(result)
+    assert "| prepare | 26 s |" in times and "| total | 375 s (6 min 15 s) |" in times and "teacher" not in times
+    rendered = table_renderers.medical_test_metrics(result)
+    auroc = metrics["test"]["roc_auc"]
+    assert f"| AUROC | **{auroc['value']:.3f}** | {auroc['ci_low']:.3f} - {auroc['ci_high']:.3f} |" in rendered
+    assert f"{metrics['test_images']} images" in rendered
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--seconds", "train=5.5"], "is not name=seconds"),
+        (["--metrics", "missing.json"], "cannot read the run's files"),
+    ],
+)
+def test_a_bad_results_input_is_one_error_line_and_writes_nothing(tmp_path, extra, words):
+    config = tmp_path / "config.yaml"
+    config.write_text("seed: 1\n")
+    metrics = tmp_path / "metrics.json"
+    metrics.write_text("{}")
+    out = tmp_path / "results.json"
+    script = EVALUATE.parents[2] / "benchmarks" / "recipe_results.py"
+    args = {"--run_command": "make medical", "--metrics": str(metrics), "--config": str(config), "--output": str(out)}
+    for flag, value in zip(extra[::2], extra[1::2]):
+        args[flag] = value
+    proc = run([sys.executable, str(script), *[x for pair in args.items() for x in pair]])
+    assert proc.returncode != 0 and not out.exists()
+    lines = error_lines(proc.stderr)
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in proc.stderr, proc.stderr
