@@ -542,4 +542,7 @@ def medical_test_metrics(result: dict) -> str:
     rows = [[label, strong(f"{test[key]['value']:.3f}", key == "roc_auc"),
              f"{test[key]['ci_low']:.3f} - {test[key]['ci_high']:.3f}"]
             for key, label in MEDICAL_METRICS.items()]  # fmt: skip
-    return lead + table(["metric", "value", "95% CI"], rows)
+    argmax = metrics["test_at_argmax"]
+    tail = (f"\n\nConfusion matrix at that threshold (rows true no/yes): {test['confusion_matrix']}; at argmax, "
+            f"sensitivity {argmax['sensitivity']:.3f}, specificity {argmax['specificity']:.3f}.")  # fmt: skip
+    return lead + table(["metric", "value", "95% CI"], rows) + tail
