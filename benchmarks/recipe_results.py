@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 import yaml
@@ -36,25 +35,44 @@ def step_seconds(pairs: list[str]) -> dict[str, int]:
     return seconds
 
 
-def read_inputs(metrics: str, config: str) -> tuple[dict, dict]:
-    """The run's metrics (JSON) and its config (YAML, as train_vit.py reads it); a missing or unreadable file is one
+def read_json(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def read_yaml(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def read_named(values: list[str], reader) -> dict:
+    """One file: its content; `name=file` pairs, for a run of several models (teacher=... student=...): {name:
+    content}."""
+    if len(values) == 1 and "=" not in values[0]:
+        return reader(values[0])
+    return {name: reader(path) for name, _, path in (value.partition("=") for value in values)}
+
+
+def read_inputs(metrics: list[str], configs: list[str]) -> tuple[dict, dict]:
+    """The run's metrics (JSON) and configs (YAML, as train_vit.py reads them); a missing or unreadable file is one
     error line naming it, before anything is written."""
     try:
-        with open(metrics, encoding="utf-8") as f:
-            metrics_values = json.load(f)
-        with open(config, encoding="utf-8") as f:
-            config_values = yaml.safe_load(f)
+        return read_named(metrics, read_json), read_named(configs, read_yaml)
     except (OSError, ValueError, yaml.YAMLError) as err:
         problem = f"error: cannot read the run's files ({err}). Fix: run the recipe to its end first."
         raise SystemExit(problem) from None
-    return metrics_values, config_values
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run_command", required=True, help="The command that ran the recipe, as a user types it.")
-    parser.add_argument("--metrics", required=True, help="The JSON file of metrics the run wrote.")
-    parser.add_argument("--config", required=True, help="The config file the run trained with (YAML).")
+    parser.add_argument(
+        "--metrics",
+        required=True,
+        nargs="+",
+        help="The JSON file of metrics the run wrote, or name=file pairs (teacher=... student=...).",
+    )
+    parser.add_argument("--config", required=True, nargs="+", help="The config file(s) the run trained with (YAML).")
     parser.add_argument("--seconds", nargs="+", default=[], help="Wall seconds of each step: name=seconds ...")
     parser.add_argument("--output", required=True, help="The results file to write (beside the recipe's README).")
     args = parser.parse_args(argv)
@@ -62,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     metrics, config = read_inputs(args.metrics, args.config)
     result = {
         "run_command": args.run_command,
-        "config_file": os.path.relpath(args.config),
+        "config_file": " ".join(args.config),
         "config": config,
         "seconds": seconds,
         "metrics": metrics,

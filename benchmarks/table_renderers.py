@@ -321,6 +321,7 @@ SLOW_BECAUSE = {
     "test_reliability.py": "each ZeRO config killed and resumed, augmented; torchrun restarts",
     "test_push_to_hub.py": "a run pushed through huggingface_hub to a local endpoint",
     "test_mae_launched.py": "MAE pretraining killed and resumed on 2 processes",
+    "test_mae_script.py": "recipes/mae/run.sh: a tiny pretraining, then its fine-tuning, 2 processes each",
     "test_distillation_launched.py": "a teacher trained by the recipe, then students under ZeRO-2 and ZeRO-3",
     "test_interruption_launched.py": "stop signals: one process, torchrun, ZeRO-3 and FSDP2 checkpoints compared",
     "test_hetero_launched.py": "a simulated slow rank named, and per-rank batches balanced, on 2 processes",

@@ -68,6 +68,7 @@ TABLES: dict[str, tuple[str, Callable[[dict], str]]] = {
     "imagenet_shaped": (f"{RESULTS}/imagenet_shaped.json", renderers.imagenet_shaped),
     "variable_size_accuracy": (f"{RESULTS}/variable_size_accuracy.json", renderers.variable_size_accuracy),
     "synthetic_floor": (f"{RESULTS}/synthetic_floor.json", renderers.synthetic_floor),
+    "compile_speed": (f"{RESULTS}/compile_speed.json", renderers.compile_speed),
     "hetero_balance": (f"{RESULTS}/hetero_balance.json", renderers.hetero_balance),
     "sequence_parallel_cpu": (f"{RESULTS}/sequence_parallel_cpu.json", renderers.sequence_parallel),
     "sequence_parallel_cpu_run2": (f"{RESULTS}/sequence_parallel_cpu_run2.json", renderers.sequence_parallel),
@@ -84,6 +85,8 @@ TABLES: dict[str, tuple[str, Callable[[dict], str]]] = {
     "planner_worked_example": (f"{RESULTS}/planner_published.json", renderers.planner_worked_example),
     "gpu_check": (f"{RESULTS}/gpu_check_h200.json", renderers.gpu_check),
     "gpu_compile": (f"{RESULTS}/gpu_check_h200.json", renderers.gpu_compile),
+    "medical_steps": ("recipes/medical_brain_mri/results.json", renderers.recipe_step_times),
+    "medical_test": ("recipes/medical_brain_mri/results.json", renderers.medical_test_metrics),
 }
 
 

@@ -11,7 +11,8 @@
 # seed's 5,000 images: the recipe refuses a teacher trained on other rows of the same dataset.
 # Environment: PYTHON (default .venv/bin/python, else python3), SEED (42), NUM_PROCESSES (1: one process with every
 # core was the fastest here; the global batch stays 64 for any count that divides it), TEACHER_CONFIG, STUDENT_CONFIG
-# (this folder's config_teacher_5k.yaml, config_mae_distil_5k.yaml), OUTPUT_ROOT (outputs).
+# (this folder's config_teacher_5k.yaml, config_mae_distil_5k.yaml), OUTPUT_ROOT (outputs), RESULTS (unset: a results
+# file to write at the end, both models' metrics, times, configs and provenance: benchmarks/recipe_results.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source recipes/common.sh
@@ -27,6 +28,7 @@ require_whole SEED "$SEED"
 require_config TEACHER_CONFIG "$TEACHER_CONFIG"
 require_config STUDENT_CONFIG "$STUDENT_CONFIG"
 require_writable OUTPUT_ROOT "$OUTPUT_ROOT"
+[ -z "${RESULTS:-}" ] || require_writable "the folder of RESULTS" "$(dirname "$RESULTS")"
 if [ $((GLOBAL_BATCH % NUM_PROCESSES)) -ne 0 ]; then
     fail "NUM_PROCESSES=$NUM_PROCESSES does not divide the global batch of $GLOBAL_BATCH. Fix: use 1, 2, 4, ..."
 fi
@@ -57,4 +59,11 @@ train "$TEACHER_CONFIG" "$TEACHER_DIR"
 taught=$SECONDS
 echo "== student ($STUDENT_DIR, distilled from $TEACHER_DIR)"
 train "$STUDENT_CONFIG" "$STUDENT_DIR" --teacher_model "$TEACHER_DIR"
-echo "Time: teacher $((taught - start)) s, student $((SECONDS - taught)) s, total $((SECONDS - start)) s"
+done_at=$SECONDS
+echo "Time: teacher $((taught - start)) s, student $((done_at - taught)) s, total $((done_at - start)) s"
+if [ -n "${RESULTS:-}" ]; then
+    "$PYTHON" benchmarks/recipe_results.py --run_command "${RUN_COMMAND:-SEED=$SEED bash $HERE/distil.sh}" \
+        --metrics "teacher=$TEACHER_DIR/all_results.json" "student=$STUDENT_DIR/all_results.json" \
+        --config "teacher=$TEACHER_CONFIG" "student=$STUDENT_CONFIG" --output "$RESULTS" \
+        --seconds "teacher=$((taught - start))" "student=$((done_at - taught))" "total=$((done_at - start))" > /dev/null
+fi

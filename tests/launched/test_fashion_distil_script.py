@@ -45,9 +45,16 @@ def data(tmp_path):
 
 
 def test_one_command_trains_the_seed_s_teacher_then_its_student(tmp_path, data):
-    proc = run_script(tmp_path, write_configs(tmp_path, data), SEED="7")
+    configs = write_configs(tmp_path, data)
+    proc = run_script(tmp_path, configs, SEED="7", RESULTS=str(tmp_path / "results" / "distil.json"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     teacher, student = tmp_path / "out" / "fm-5k-teacher-s7", tmp_path / "out" / "fm-5k-distil-s7"
+    # RESULTS: both models' metrics as each run saved them, their configs and the step times, with provenance
+    results = read_json(tmp_path / "results" / "distil.json")
+    assert results["metrics"] == {"teacher": read_json(teacher / "all_results.json"),
+                                  "student": read_json(student / "all_results.json")}  # fmt: skip
+    assert results["config"]["student"] == yaml.safe_load(open(configs["STUDENT_CONFIG"]))
+    assert list(results["seconds"]) == ["teacher", "student", "total"] and "commit" in results["provenance"]
     teacher_card, student_card = read_json(teacher / "model_card.json"), read_json(student / "model_card.json")
     assert teacher_card["setup"]["model"] == "resnet-tiny-cpu" and teacher_card["setup"]["seed"] == 7
     assert student_card["setup"]["teacher"].startswith(f"{teacher} (hard")  # distilled from this seed's teacher

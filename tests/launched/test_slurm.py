@@ -242,7 +242,10 @@ def test_train_sbatch_interrupted_requeued_and_resumed_exactly(slurm_cluster, en
     - preemption: `scontrol requeue` (what PreemptMode=REQUEUE does): SIGTERM to every process, the ranks save within
       KillWait, Slurm requeues the job.
     The requeued job resumes from the stop's checkpoint by itself and ends with the uninterrupted run's losses at
-    every step after it and its final weights (the engine's 2-process run, tests/helpers/engine_runs.py)."""
+    every step after it and its final weights (the engine's 2-process run, tests/helpers/engine_runs.py).
+    Broken variant it was shown failing on: train.sbatch deleting the checkpoints on a requeue (a silent restart from
+    step 1): the log check fails, and with that check off the ranks' traces do ("rank0.jsonl trained [1, ..., 6, 1,
+    ..., 12] over the job's two starts")."""
     from hf_vit_scaling.training.checkpoints import checkpoint_problem
     from tests.helpers.engine_runs import ENGINE_RUN_ARGS, ENGINE_STEPS, ENGINES
     from tests.helpers.launchers import RECIPE, TINY_ARGS, losses_by_step, read_json, steps_trained_since

@@ -130,26 +130,3 @@ def test_the_run_s_results_file_holds_its_metrics_times_config_and_provenance_an
     auroc = metrics["test"]["roc_auc"]
     assert f"| AUROC | **{auroc['value']:.3f}** | {auroc['ci_low']:.3f} - {auroc['ci_high']:.3f} |" in rendered
     assert f"{metrics['test_images']} images" in rendered
-
-
-@pytest.mark.parametrize(
-    ("extra", "words"),
-    [
-        (["--seconds", "train=5.5"], "is not name=seconds"),
-        (["--metrics", "missing.json"], "cannot read the run's files"),
-    ],
-)
-def test_a_bad_results_input_is_one_error_line_and_writes_nothing(tmp_path, extra, words):
-    config = tmp_path / "config.yaml"
-    config.write_text("seed: 1\n")
-    metrics = tmp_path / "metrics.json"
-    metrics.write_text("{}")
-    out = tmp_path / "results.json"
-    script = EVALUATE.parents[2] / "benchmarks" / "recipe_results.py"
-    args = {"--run_command": "make medical", "--metrics": str(metrics), "--config": str(config), "--output": str(out)}
-    for flag, value in zip(extra[::2], extra[1::2]):
-        args[flag] = value
-    proc = run([sys.executable, str(script), *[x for pair in args.items() for x in pair]])
-    assert proc.returncode != 0 and not out.exists()
-    lines = error_lines(proc.stderr)
-    assert len(lines) == 1 and words in lines[0] and "Traceback" not in proc.stderr, proc.stderr

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "benchmarks" / "results"
+# ... and the recipe folders' own (benchmarks/recipe_results.py, RESULTS=<file> on a recipe script).
+RECIPE_RESULTS = sorted((REPO / "recipes").glob("*/results*.json"))
 # The files written before runs recorded their provenance (issue 44); reconstructed on 2026-12-04.
 RECONSTRUCTED = {
     "callback_overhead", "hetero_balance", "host_path_regularization", "input_path", "planner_memory",
@@ -16,7 +19,9 @@ RECONSTRUCTED = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("path", sorted(RESULTS.glob("*.json")), ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path", sorted(RESULTS.glob("*.json")) + RECIPE_RESULTS, ids=lambda p: p.parent.name + "/" + p.stem
+)
 def test_every_results_file_carries_its_provenance(path):
     where = json.loads(path.read_text(encoding="utf-8")).get("provenance")
     assert isinstance(where, dict), (

@@ -1,0 +1,60 @@
+"""benchmarks/recipe_results.py, which the recipe scripts (medical run.sh, fashion_mnist/distil.sh, mae/run.sh) call
+at their end with RESULTS set: a run of several models keeps each model's metrics and config under its name; bad
+input is one error line and writes nothing. (The medical evaluation's file and its rendered tables:
+tests/repo/test_medical_evaluate.py.)"""
+
+import json
+import sys
+
+import pytest
+
+from tests.helpers.launchers import REPO, error_lines, run
+
+SCRIPT = REPO / "benchmarks" / "recipe_results.py"
+
+
+def inputs(tmp_path) -> dict:
+    """Two models' metrics and configs, as distil.sh passes them."""
+    for name, accuracy in (("teacher", 0.9), ("student", 0.8)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"eval_accuracy": accuracy}))
+        (tmp_path / f"{name}.yaml").write_text(f"output_dir: outputs/{name}\n")
+    return {"--run_command": "make fashion-distil", "--output": str(tmp_path / "results.json"),
+            "--metrics": [f"teacher={tmp_path / 'teacher.json'}", f"student={tmp_path / 'student.json'}"],
+            "--config": [f"teacher={tmp_path / 'teacher.yaml'}", f"student={tmp_path / 'student.yaml'}"],
+            "--seconds": ["teacher=60", "student=120", "total=180"]}  # fmt: skip
+
+
+def command(args: dict) -> list[str]:
+    flat = [sys.executable, str(SCRIPT)]
+    for flag, value in args.items():
+        flat += [flag, *(value if isinstance(value, list) else [value])]
+    return flat
+
+
+def test_each_model_s_metrics_and_config_under_its_name(tmp_path):
+    args = inputs(tmp_path)
+    proc = run(command(args))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert result["metrics"] == {"teacher": {"eval_accuracy": 0.9}, "student": {"eval_accuracy": 0.8}}
+    assert result["config"] == {
+        "teacher": {"output_dir": "outputs/teacher"},
+        "student": {"output_dir": "outputs/student"},
+    }
+    assert result["seconds"] == {"teacher": 60, "student": 120, "total": 180}
+    assert result["run_command"] == "make fashion-distil" and "commit" in result["provenance"]
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [({"--seconds": ["train=5.5"]}, "is not name=seconds"),
+     ({"--metrics": ["missing.json"]}, "cannot read the run's files"),
+     ({"--config": ["student=missing.yaml"]}, "cannot read the run's files")],
+    ids=["fractional-seconds", "missing-metrics", "missing-config"],
+)  # fmt: skip
+def test_a_bad_input_is_one_error_line_and_writes_nothing(tmp_path, change, words):
+    args = {**inputs(tmp_path), **change}
+    proc = run(command(args))
+    assert proc.returncode != 0 and not (tmp_path / "results.json").exists()
+    lines = error_lines(proc.stderr)
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in proc.stderr, proc.stderr
