@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Input path benchmark: host-side images/s per core and host->device bytes per image, fast path vs per-sample path.
 
-    python benchmarks/input_path.py --size 224 --images 2000
+    python benchmarks/input_path.py --size 224 --images 2000 --output benchmarks/results/input_path.json
 
 Setup: CIFAR-sized 32x32 RGB images (random pixels, PNG-decoded PIL images as a Hub dataset yields them), target
 224 px, batch 64, one thread (`torch.set_num_threads(1)`), so the figure is per core.
@@ -15,12 +15,11 @@ Bytes per image = the collated batch's bytes / batch size (what crosses host->de
 
 import argparse
 import io
-import json
-import platform
 import time
 
 import numpy as np
 import torch
+from _common import cpu_model, report_result  # benchmarks/_common.py (scripts run as benchmarks/<name>.py)
 from PIL import Image
 
 from hf_vit_scaling.data.decoding import pil_to_uint8_tensor
@@ -58,6 +57,7 @@ def main():
     parser.add_argument("--size", type=int, default=224, help="Model input size in pixels.")
     parser.add_argument("--images", type=int, default=2000, help="Images timed per path.")
     parser.add_argument("--batch_size", type=int, default=64, help="Images per batch.")
+    parser.add_argument("--output", default=None, help="Write the result as JSON here (with its provenance).")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -85,7 +85,7 @@ def main():
     device_side_rate = 3 * len(batches[0]) / (time.perf_counter() - start)
     result = {
         "setup": {
-            "cpu": platform.processor() or platform.machine(),
+            "cpu": cpu_model(),
             "threads": 1,
             "torch": torch.__version__,
             "source_images": "32x32 RGB PNG",
@@ -99,7 +99,7 @@ def main():
         "bytes_ratio": fast_bytes / slow_bytes,
         "fast_device_side_on_this_cpu_images_per_s": device_side_rate,
     }
-    print(json.dumps(result, indent=2))
+    report_result(result, args.output)
 
 
 if __name__ == "__main__":
