@@ -25,6 +25,21 @@ def _teacher_flops(flops: dict) -> str:
     return f" + teacher {teacher / 1e9:.3f} GFLOP forward/image ({share:.1%} of those counted)"
 
 
+def recompile_cause(compile_facts: dict) -> str:
+    """Why the graphs after warm-up were compiled, as far as the report knows: " (step 119 (90 images): a batch
+    size the warm-up did not see, a shape change)"; the steps alone for a guard the batch size does not explain."""
+    steps = compile_facts.get("recompile_steps") or []
+    if not steps:
+        return ""
+    shown = ", ".join(f"{step} ({images} images)" for step, images in steps[:3]) + (", ..." if len(steps) > 3 else "")
+    new = compile_facts.get("recompiles_on_new_batch_size", 0)
+    if new == compile_facts["recompiles_after_warmup"]:
+        return f" (step {shown}: a batch size the warm-up did not see, a shape change)"
+    if new:
+        return f" (step {shown}; {new} of them on a batch size the warm-up did not see, a shape change)"
+    return f" (step {shown}: the warm-up's batch size, another guard)"
+
+
 def compile_line(compile_facts: dict, warmup_steps: int) -> str | None:
     """What torch.compile did, for the table: None when it was neither asked for nor done; otherwise the graphs,
     the recompilations after warm-up and the compile time, said to be inside or outside the warm-up steps."""
@@ -36,7 +51,8 @@ def compile_line(compile_facts: dict, warmup_steps: int) -> str | None:
     where = "inside" if c["compiled_within_warmup"] else "NOT all inside"
     return (
         f"compile      {c['backend'] or 'default backend'}: {c['graphs_per_rank']} graph(s) per rank, "
-        f"{c['recompiles_after_warmup']} recompiled after warm-up; {c['compile_time_s']:.1f} s compiling, last at "
+        f"{c['recompiles_after_warmup']} recompiled after warm-up{recompile_cause(c)}; "
+        f"{c['compile_time_s']:.1f} s compiling, last at "
         f"step {c['last_compile_step']}, {where} the {warmup_steps} warm-up steps ({c['warmup_time_s']:.1f} s, "
         "excluded)"
     )

@@ -85,6 +85,9 @@ REPORT_SCHEMA: dict[str, dict[str, str]] = {
         "count as one; an evaluation's graphs are not counted)",
         "recompiles_after_warmup": "graphs compiled after the warm-up steps, on the rank with the most: 0 on a "
         "fixed shape, more after a shape or guard change",
+        "recompiles_on_new_batch_size": "of those, the graphs compiled in a step whose batch size no warm-up step had "
+        "(a shape change, e.g. an epoch's last partial batch), on the rank with the most",
+        "recompile_steps": "[step, images] of each step after warm-up that compiled a graph (the rank with the most)",
         "last_compile_step": "the last optimizer step (1-based) in which a rank compiled a graph; null: none",
         "compile_time_s": "seconds dynamo and its backend spent compiling inside training steps (slowest rank)",
         "warmup_time_s": "wall seconds of the warm-up steps (slowest rank), left out of every steady-state figure",

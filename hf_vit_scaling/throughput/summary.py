@@ -11,7 +11,8 @@ warmup_steps, peak_tflops, peak_source, memory_kind, torch_compile (the flag), c
 Per-rank figures (one dict per rank, in rank order): steps, images, measured_time, compute_mean, data_wait_mean,
 forward_mean, input_mean, step_time_mean, step_time_median, step_time_p90, own_work (per measured step), memory
 ({allocated_peak_bytes, reserved_peak_bytes, rss_peak_bytes}), device, hostname, node, compile
-({graphs, graphs_after_warmup, last_compile_step, compile_time_s, warmup_time_s}: `compilation.CompileWatch`).
+({graphs, graphs_after_warmup, last_compile_step, compile_time_s, warmup_time_s, recompile_steps,
+graphs_on_new_batch_size}: `compilation.CompileWatch`).
 """
 
 import numpy as np
@@ -123,6 +124,8 @@ def compile_section(per_rank: list[dict], setup: dict) -> dict:
         "compiled": all(f["graphs"] > 0 for f in figures),
         "graphs_per_rank": [f["graphs"] for f in figures],
         "recompiles_after_warmup": max(f["graphs_after_warmup"] for f in figures),
+        "recompiles_on_new_batch_size": max(f.get("graphs_on_new_batch_size", 0) for f in figures),
+        "recompile_steps": max((f.get("recompile_steps", []) for f in figures), key=len),
         "last_compile_step": last,
         "compile_time_s": max(f["compile_time_s"] for f in figures),
         "warmup_time_s": max(f["warmup_time_s"] for f in figures),

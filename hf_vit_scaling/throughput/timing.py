@@ -277,7 +277,7 @@ class ThroughputCallback(TrainerCallback):
                 for i in idx
             ][-MAX_STEPS_GATHERED:],
             "memory": _memory(self.device_type, self.device),
-            "compile": self.compile_watch.figures(self.warmup_steps, self._step_seconds()),
+            "compile": self.compile_watch.figures(self.warmup_steps, self._step_seconds(), self.images),
             "device": _device_name(self.device),
             "hostname": platform.node(),
             # torchrun/accelerate export the node's rank as GROUP_RANK (NODE_RANK for some launchers): two "nodes"

@@ -53,7 +53,7 @@ def test_graphs_are_counted_per_step_and_evaluation_graphs_between_steps_are_not
         totals.compile(graphs=1, seconds=1.0)  # an evaluation between steps: its own graph
     figures = watch.figures(warmup_steps=2, step_seconds=[4.0, 3.5, 0.5, 0.5, 0.5])
     assert figures == {"graphs": 2, "graphs_after_warmup": 0, "last_compile_step": 2, "compile_time_s": 6.0,
-                       "warmup_time_s": 7.5}  # fmt: skip
+                       "warmup_time_s": 7.5, "recompile_steps": [], "graphs_on_new_batch_size": 0}  # fmt: skip
     late = CompileWatch(totals)
     for step in range(1, 5):
         late.begin_step()
@@ -62,6 +62,31 @@ def test_graphs_are_counted_per_step_and_evaluation_graphs_between_steps_are_not
         late.end_step()
     after = late.figures(warmup_steps=2, step_seconds=[1.0] * 4)
     assert after["graphs_after_warmup"] == 1 and after["last_compile_step"] == 4
+
+
+def test_a_recompile_on_a_batch_size_the_warm_up_did_not_see_is_called_a_shape_change():
+    """Fails if the report cannot tell an epoch's last, partial batch (a new shape) from another guard: the steps
+    after warm-up that compiled, with their images, and the graphs that came with an unseen batch size."""
+    totals = _Totals()
+    watch = CompileWatch(totals)
+    images = [32, 32, 32, 32, 32, 23, 32, 32]  # step 6: the epoch's last batch
+    for step in range(1, 9):
+        watch.begin_step()
+        if step in (1, 6, 8):  # step 8: the same batch size as warm-up, another guard
+            totals.compile(graphs=2 if step == 6 else 1)
+        watch.end_step()
+    figures = watch.figures(warmup_steps=2, step_seconds=[1.0] * 8, step_images=images)
+    assert figures["graphs_after_warmup"] == 3 and figures["graphs_on_new_batch_size"] == 2
+    assert figures["recompile_steps"] == [[6, 23], [8, 32]]
+    setup = {**SETUP, "torch_compile": True, "compile_backend": "inductor", "warmup_steps": 2}
+    section = compile_section([rank_figures(8, 1.0, [0.1], compile_figures=figures)], setup)
+    assert section["recompiles_on_new_batch_size"] == 2 and section["recompile_steps"] == [[6, 23], [8, 32]]
+    line = compile_line(section, 2)
+    assert "3 recompiled after warm-up (step 6 (23 images), 8 (32 images); 2 of them on a batch size" in line, line
+    only_shape = {**section, "recompiles_after_warmup": 2, "recompile_steps": [[6, 23]]}
+    assert "(step 6 (23 images): a batch size the warm-up did not see, a shape change)" in compile_line(only_shape, 2)
+    guard = {**section, "recompiles_after_warmup": 1, "recompiles_on_new_batch_size": 0, "recompile_steps": [[8, 32]]}
+    assert "(step 8 (32 images): the warm-up's batch size, another guard)" in compile_line(guard, 2)
 
 
 COMPILED = {"graphs": 2, "graphs_after_warmup": 0, "last_compile_step": 1, "compile_time_s": 20.0,
