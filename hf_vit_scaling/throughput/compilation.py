@@ -43,23 +43,21 @@ class CompileWatch:
         self.seconds.append(max(0.0, seconds - self._at_begin[1]))
         self._at_begin = None
 
-    def figures(self, warmup_steps: int, step_seconds: list[float], step_images: list[int] | None = None) -> dict:
+    def figures(self, warmup_steps: int, step_seconds: list[float], step_images: list[int]) -> dict:
         """This rank's compile figures for the report (`summary.compile_section`): graphs in all steps and after
         warm-up, the last step (1-based) that compiled one, compile seconds, and the wall seconds of the warm-up
         steps (`step_seconds`: each step's compute + data wait), which the steady-state figures leave out.
-        With `step_images` (the images each step trained on): the steps after warm-up that compiled, as [step,
-        images], and how many of their graphs came with a batch size no warm-up step had (a shape change)."""
+        `step_images` (the images each step trained on, one per step as `graphs`): the steps after warm-up that
+        compiled, as [step, images], and how many of their graphs came with a batch size no warm-up step had."""
         compiled_in = [i + 1 for i, count in enumerate(self.graphs) if count > 0]
         late = [i for i in range(warmup_steps, len(self.graphs)) if self.graphs[i] > 0]
-        images = step_images or []
-        seen = set(images[:warmup_steps])
-        known = [i for i in late if i < len(images)]
+        seen = set(step_images[:warmup_steps])
         return {
             "graphs": sum(self.graphs),
             "graphs_after_warmup": sum(self.graphs[warmup_steps:]),
             "last_compile_step": compiled_in[-1] if compiled_in else None,
             "compile_time_s": float(sum(self.seconds)),
             "warmup_time_s": float(sum(step_seconds[:warmup_steps])),
-            "recompile_steps": [[i + 1, images[i]] for i in known],
-            "graphs_on_new_batch_size": sum(self.graphs[i] for i in known if images[i] not in seen),
+            "recompile_steps": [[i + 1, step_images[i]] for i in late],
+            "graphs_on_new_batch_size": sum(self.graphs[i] for i in late if step_images[i] not in seen),
         }

@@ -51,7 +51,7 @@ def test_graphs_are_counted_per_step_and_evaluation_graphs_between_steps_are_not
             totals.compile(seconds=3.0)  # forward at step 1, a guard failed at step 2
         watch.end_step()
         totals.compile(graphs=1, seconds=1.0)  # an evaluation between steps: its own graph
-    figures = watch.figures(warmup_steps=2, step_seconds=[4.0, 3.5, 0.5, 0.5, 0.5])
+    figures = watch.figures(warmup_steps=2, step_seconds=[4.0, 3.5, 0.5, 0.5, 0.5], step_images=[16] * 5)
     assert figures == {"graphs": 2, "graphs_after_warmup": 0, "last_compile_step": 2, "compile_time_s": 6.0,
                        "warmup_time_s": 7.5, "recompile_steps": [], "graphs_on_new_batch_size": 0}  # fmt: skip
     late = CompileWatch(totals)
@@ -60,7 +60,7 @@ def test_graphs_are_counted_per_step_and_evaluation_graphs_between_steps_are_not
         if step == 4:  # a shape change after warm-up
             totals.compile()
         late.end_step()
-    after = late.figures(warmup_steps=2, step_seconds=[1.0] * 4)
+    after = late.figures(warmup_steps=2, step_seconds=[1.0] * 4, step_images=[16] * 4)
     assert after["graphs_after_warmup"] == 1 and after["last_compile_step"] == 4
 
 
