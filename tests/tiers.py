@@ -14,6 +14,9 @@ VARIANT_ENGINES = {"zero0", "zero1", "zero2_offload", "zero3_offload"}
 # FSDP2 with full state dicts, where FSDP2 sharded is the core cell of the same matrix.
 FULL_FSDP2_WHERE_SHARDED_IS_CORE = ("test_fsdp.py::", "test_conformance.py::test_fine_tuning")
 
+# The compiled arm of the conformance matrix beyond DDP (whose cells are core).
+COMPILED_CELL_WHY = "compile under this engine is core in test_compile.py (its losses against eager's)"
+
 # node id substring -> why it is extended (the core cell that covers the same code path).
 EXTENDED = {
     "test_slurm.py::test_train_sbatch_interrupted_requeued_and_resumed_exactly[zero2-accelerate-preemption]":
@@ -30,6 +33,9 @@ EXTENDED = {
         "the SIGKILL path is core under ZeRO-2; FSDP2 sharded resume is core in test_conformance.py",
     "test_compile.py::test_every_engine_compiles_on_two_processes[ddp]":
         "compiled DDP is core in test_conformance.py (losses, weights, resume on another world size)",
+    **{f"test_conformance.py::test_compiled_run_{test}[{engine}]": COMPILED_CELL_WHY
+       for test in ("trains_the_eager_run_s_losses", "resumes_exactly")
+       for engine in ("zero2", "zero3", "fsdp2_sharded")},
     "test_compile.py::test_every_engine_compiles_on_two_processes[zero2]":
         "DeepSpeedEngine.compile() is core under ZeRO-3, with its gather hooks",
     "test_gpu_path_flags.py::test_bf16_trains_and_saves_a_model_that_reloads[ddp]": "bf16 is core under ZeRO-3",

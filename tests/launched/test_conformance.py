@@ -336,48 +336,73 @@ COMPILE_FLAGS = ["--torch_compile_backend", "aot_eager"]
 COMPILED_TOLERANCE = 1e-5  # relative, per step, as in test_compile.py
 
 
-@pytest.fixture(scope="module")
-def compiled_runs(tmp_path_factory):
-    """DDP compiled: the uninterrupted 2-process run (the engine runs' schedule), then its checkpoint-6 resumed
-    compiled on ONE process with 2 micro-batches of 16 (another world size and accumulation at once)."""
-    reference = tmp_path_factory.mktemp("compiled_ddp")
-    proc = run([*launcher_cmd("torchrun", 2), RECIPE, "--output_dir", reference, *TINY_ARGS, *ENGINE_RUN_ARGS,
-                *COMPILE_FLAGS])  # fmt: skip
-    assert proc.returncode == 0, f"compiled DDP failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    resumed = tmp_path_factory.mktemp("compiled_ddp_resumed_one")
+# The compiled arm's engines: DDP and ZeRO-2 resume compiled on ONE process (another world size and accumulation at
+# once; ZeRO-2 through the universal checkpoint), ZeRO-3 and FSDP2 on the two that saved them, as the eager matrix.
+COMPILED_MATRIX = ["ddp", "zero2", "zero3", "fsdp2_sharded"]
+
+
+def make_compiled_runs(engine: str, tmp_path_factory) -> tuple[Path, Path]:
+    """(reference, resumed): the engine's uninterrupted 2-process run compiled (the engine runs' schedule), then its
+    checkpoint-6 resumed compiled with 2 micro-batches a step (see COMPILED_MATRIX for where)."""
+    launcher, engine_args = ENGINES[engine]
+    reference = tmp_path_factory.mktemp(f"compiled_{engine}")
+    proc = run([*launcher_cmd(launcher, 2), RECIPE, "--output_dir", reference, *TINY_ARGS, *engine_args,
+                *ENGINE_RUN_ARGS, *COMPILE_FLAGS])  # fmt: skip
+    assert proc.returncode == 0, f"compiled {engine} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    one = resumes_on_one_process(engine)
+    resumed = tmp_path_factory.mktemp(f"compiled_{engine}_resumed_{'one' if one else 'two'}")
     shutil.copytree(reference / f"checkpoint-{RESUME_AT}", resumed / f"checkpoint-{RESUME_AT}")
     proc = run([
-        *launcher_cmd("python", 1), RECIPE, "--output_dir", resumed, *TINY_ARGS, *ENGINE_RUN_ARGS, *COMPILE_FLAGS,
-        "--per_device_train_batch_size", "16", "--gradient_accumulation_steps", "2",
+        *launcher_cmd("python" if one else launcher, 1 if one else 2), RECIPE, "--output_dir", resumed, *TINY_ARGS,
+        *engine_args, *ENGINE_RUN_ARGS, *COMPILE_FLAGS,
+        "--per_device_train_batch_size", "16" if one else "8", "--gradient_accumulation_steps", "2",
         "--resume_from_checkpoint", resumed / f"checkpoint-{RESUME_AT}", "--trace_samples", "true",
     ])  # fmt: skip
-    assert proc.returncode == 0, f"compiled resume failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    assert proc.returncode == 0, f"compiled {engine} resume failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return reference, resumed
+
+
+@pytest.fixture(scope="module")
+def compiled_runs(tmp_path_factory):
+    """`compiled_runs(engine)` -> (reference, resumed) of `make_compiled_runs`, made on first use."""
+    done = {}
+
+    def get(engine: str) -> tuple[Path, Path]:
+        if engine not in done:
+            done[engine] = make_compiled_runs(engine, tmp_path_factory)
+        return done[engine]
+
+    return get
 
 
 def compile_facts(folder) -> dict:
     return read_json(folder / "throughput.json")["compile"]
 
 
-def test_compiled_ddp_trains_eager_ddp_s_losses(engine_runs, compiled_runs):
-    """Fails if the compiled run stayed eager or trains, evaluates or saves other numbers than eager DDP."""
-    reference, _ = compiled_runs
+@pytest.mark.parametrize("engine", COMPILED_MATRIX)
+def test_compiled_run_trains_the_eager_run_s_losses(engine_runs, compiled_runs, engine):
+    """Fails if the compiled run stayed eager (dynamo's counters in throughput.json: no graph), recompiled after the
+    warm-up, or trains, evaluates or saves other numbers than the same engine's eager run."""
+    reference, _ = compiled_runs(engine)
     facts = compile_facts(reference)
-    assert facts["compiled"] and facts["recompiles_after_warmup"] == 0, facts
-    eager = engine_runs["ddp"][0]
+    assert facts["compiled"] and facts["recompiles_after_warmup"] == 0, (engine, facts)
+    eager = engine_runs[engine][0]
     for key in ("loss", "eval_loss"):
         expected, got = losses_by_step(eager, key), losses_by_step(reference, key)
-        assert got.keys() == expected.keys(), key
-        assert [got[s] for s in expected] == pytest.approx(list(expected.values()), rel=COMPILED_TOLERANCE), key
+        assert got.keys() == expected.keys(), (engine, key)
+        assert [got[s] for s in expected] == pytest.approx(list(expected.values()), rel=COMPILED_TOLERANCE), (
+            engine, key)  # fmt: skip
     differs = first_difference(checkpoint_weights(eager, eager), checkpoint_weights(reference, reference),
                                rtol=1e-4, atol=1e-6)  # fmt: skip
-    assert differs is None, f"compiled DDP's final weights differ from eager DDP's at {differs}"
+    assert differs is None, f"compiled {engine}'s final weights differ from eager {engine}'s at {differs}"
 
 
-def test_compiled_run_resumes_exactly_on_another_world_size(compiled_runs):
+@pytest.mark.parametrize("engine", COMPILED_MATRIX)
+def test_compiled_run_resumes_exactly(compiled_runs, engine):
     """A compiled run's checkpoint (saved from the compiled model: no `_orig_mod.` keys, or from_pretrained fails
-    in `checkpoint_weights`) resumed compiled on one process with accumulation: only steps 7-12 run, with the
-    reference's losses, evaluations and final weights."""
-    reference, resumed = compiled_runs
-    assert compile_facts(resumed)["compiled"]
-    assert_resume_gives_the_reference_run(reference, resumed, "ddp compiled, 2 -> 1")
+    in `checkpoint_weights`) resumed compiled with accumulation, on one process where the engine allows (DDP, ZeRO-2:
+    another world size): only steps 7-12 run, with the reference's losses, evaluations and final weights."""
+    reference, resumed = compiled_runs(engine)
+    assert compile_facts(resumed)["compiled"], engine
+    where = "2 -> 1" if resumes_on_one_process(engine) else "2 -> 2"
+    assert_resume_gives_the_reference_run(reference, resumed, f"{engine} compiled, {where}")
