@@ -37,14 +37,9 @@ def read(path: str) -> dict:
 
 
 def source_line(path: str, result: dict, page: Path) -> str:
-    """`Source: <file>` (a link from `page`) with the commit, CPU and date the file records (older files record less;
-    the command that wrote it is in the file)."""
+    """`Source: <file>` (a link from `page`) with the commit, CPU and date the file records (the command that wrote it
+    is in the file)."""
     where = result.get("provenance", {})
-    if where.get("reconstructed"):  # an older file whose run wrote no provenance (see its note)
-        return (
-            f"Source: [{path}]({os.path.relpath(REPO / path, page.parent)}) (committed in {where['committed_in']}, "
-            f"{where['committed_on']}; the run recorded no provenance)."
-        )
     facts = [f"commit {where['commit']}" if "commit" in where else None,
              f"{where['cpu'].replace('(R)', '')}, {where['cores']} cores" if "cpu" in where else None,
              where.get("date")]  # fmt: skip

@@ -1,6 +1,6 @@
 """Every results file says where it comes from: a `provenance` block written by the run (command, commit, CPU,
-versions, date: benchmarks/_common.provenance), or, for the files older than that rule, one reconstructed from git
-history that says so. No new file may be reconstructed."""
+versions, date: benchmarks/_common.provenance). The files older than that rule carried one reconstructed from git
+history until they were rerun (issue 44, 2026-12-05); none may carry one now."""
 
 import json
 from pathlib import Path
@@ -11,12 +11,6 @@ REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "benchmarks" / "results"
 # ... and the recipe folders' own (benchmarks/recipe_results.py, RESULTS=<file> on a recipe script).
 RECIPE_RESULTS = sorted((REPO / "recipes").glob("*/results*.json"))
-# The files written before runs recorded their provenance (issue 44); reconstructed on 2026-12-04.
-RECONSTRUCTED = {
-    "callback_overhead", "hetero_balance", "host_path_regularization", "input_path", "planner_memory",
-    "planner_study", "regularization_cost", "sequence_parallel_cpu", "sequence_parallel_cpu_run2",
-    "synthetic_floor", "trainer_overhead", "trainer_overhead_b128", "variable_size_accuracy",
-}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -28,9 +22,6 @@ def test_every_results_file_carries_its_provenance(path):
         f"{path.name} has no provenance block: write it with benchmarks/_common.report_result"
     )
     assert where.get("command"), path.name
-    if where.get("reconstructed"):
-        assert path.stem in RECONSTRUCTED, f"{path.name}: only the older files may carry a reconstructed provenance"
-        assert where.get("committed_in") and where.get("committed_on") and where.get("note"), path.name
-    else:
-        for key in ("commit", "date", "versions", "cpu"):
-            assert where.get(key), f"{path.name}: provenance without {key}"
+    assert not where.get("reconstructed"), f"{path.name}: a reconstructed provenance; rerun its command"
+    for key in ("commit", "date", "versions", "cpu"):
+        assert where.get(key), f"{path.name}: provenance without {key}"
