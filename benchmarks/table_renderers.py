@@ -185,18 +185,24 @@ AUGMENTATIONS = [
 
 
 def regularization_cost(result: dict) -> str:
+    """µs per image, ours beside kornia's; a run without kornia installed (setup's `kornia` None) has no kornia
+    columns and says so under the table."""
     us = {(row["size"], row["augmentation"]): row["us_per_image"] for row in result["rows"]}
     sizes = result["setup"]["batches"]
+    kornia_sizes = sizes if result["setup"].get("kornia") else {}
 
     def kornia(size: str, names: list[str]) -> str:
         return " + ".join(f"{us[int(size), name]:,.0f}" for name in names)
 
-    return table(
+    rendered = table(
         ["augmentation", *(f"ours, {size} px (batch {batch})" for size, batch in sizes.items()),
-         *(f"kornia, {size} px" for size in sizes)],
-        [[label, *(f"{us[int(size), ours]:,.0f}" for size in sizes), *(kornia(size, theirs) for size in sizes)]
+         *(f"kornia, {size} px" for size in kornia_sizes)],
+        [[label, *(f"{us[int(size), ours]:,.0f}" for size in sizes), *(kornia(size, theirs) for size in kornia_sizes)]
          for label, ours, theirs in AUGMENTATIONS],
     )  # fmt: skip
+    return (
+        rendered if kornia_sizes else rendered + "\n\nkornia was not installed for this run: its columns are left out."
+    )
 
 
 def host_path_regularization(result: dict) -> str:
@@ -527,6 +533,17 @@ def recipe_step_times(result: dict) -> str:
     if total is not None:
         rows.append(["total", f"{total} s ({total // 60} min {total % 60} s)"])
     return f"`{result['run_command']}` (config `{result['config_file']}`):\n\n" + table(["step", "time"], rows)
+
+
+def recipe_top1(result: dict) -> str:
+    """A classification recipe's run: its command, epochs, top-1 on the evaluation split (bold), the EMA weights'
+    top-1 where the run kept an EMA, the final training loss and the training time."""
+    metrics, train_s = result["metrics"], round(result["seconds"]["train"])
+    ema = metrics.get("eval_ema_accuracy")
+    row = [f"`{result['run_command']}`", f"{metrics['epoch']:.0f}", strong(f"{metrics['eval_accuracy']:.4f}"),
+           "n/a" if ema is None else f"{ema:.4f}", f"{metrics['train_loss']:.4f}",
+           f"{train_s} s ({train_s // 60} min {train_s % 60} s)"]  # fmt: skip
+    return table(["run", "epochs", "top-1", "EMA top-1", "train loss", "train time"], [row])
 
 
 RULES = {"youden": "Youden's J"}

@@ -82,6 +82,8 @@ TABLES: dict[str, tuple[str, Callable[[dict], str]]] = {
     "gpu_compile": (f"{RESULTS}/gpu_check_h200.json", renderers.gpu_compile),
     "medical_steps": ("recipes/medical_brain_mri/results.json", renderers.recipe_step_times),
     "medical_test": ("recipes/medical_brain_mri/results.json", renderers.medical_test_metrics),
+    "fashion_5k_s42": ("recipes/fashion_mnist/results_5k_s42.json", renderers.recipe_top1),
+    "fashion_5k_s43": ("recipes/fashion_mnist/results_5k_s43.json", renderers.recipe_top1),
 }
 
 

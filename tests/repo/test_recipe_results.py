@@ -58,3 +58,20 @@ def test_a_bad_input_is_one_error_line_and_writes_nothing(tmp_path, change, word
     assert proc.returncode != 0 and not (tmp_path / "results.json").exists()
     lines = error_lines(proc.stderr)
     assert len(lines) == 1 and words in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_classification_run_renders_its_top1_ema_loss_and_train_time():
+    """recipe_top1 (recipes/fashion_mnist/README.md's generated tables): the run's own numbers in their columns, the
+    top-1 in bold, `n/a` for a run that kept no EMA."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import table_renderers
+
+    result = {
+        "run_command": "make x",
+        "seconds": {"train": 649.4},
+        "metrics": {"epoch": 60.0, "eval_accuracy": 0.85094, "eval_ema_accuracy": 0.8494, "train_loss": 0.82291},
+    }
+    row = table_renderers.recipe_top1(result).splitlines()[-1]
+    assert row == "| `make x` | 60 | **0.8509** | 0.8494 | 0.8229 | 649 s (10 min 49 s) |"
+    del result["metrics"]["eval_ema_accuracy"]
+    assert "| **0.8509** | n/a |" in table_renderers.recipe_top1(result)
