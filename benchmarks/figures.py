@@ -247,7 +247,10 @@ def main() -> int:
             print(f"| {page} | " + " | ".join(str(count[kind]) for kind in kinds) + " |")
     total = sum(counts.values(), Counter())
     print("| all | " + " | ".join(str(total[kind]) for kind in kinds) + " |")
-    return 0
+    found = problems()
+    for problem in found:
+        print(problem, file=sys.stderr)
+    return 1 if found else 0
 
 
 if __name__ == "__main__":

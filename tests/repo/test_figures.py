@@ -137,6 +137,19 @@ def test_an_allowance_passes_its_figure_on_its_page_and_one_that_matches_nothing
     assert any("matches no figure" in p and f"'{figure}'" in p for p in figures.problems({page: "Nothing.\n"}))
 
 
+def test_the_figure_census_exits_non_zero_and_names_a_figure_nothing_passes(tmp_path, monkeypatch, capsys):
+    """`python benchmarks/figures.py` (the per-page census) fails with the problem lines, as `tables.py --check`
+    does; it exited 0 whatever it found."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / PAGE).write_text("It took 42 min.\n")
+    monkeypatch.setattr(figures, "REPO", tmp_path)
+    monkeypatch.setattr(figures, "markdown_pages", lambda: [PAGE])
+    assert figures.main() == 1
+    assert f"{PAGE}:1: the figure '42 min' has no source" in capsys.readouterr().err
+    (tmp_path / PAGE).write_text("It took 42 min (an earlier measurement).\n")
+    assert figures.main() == 0
+
+
 def test_the_label_words_are_the_ones_benchmarks_readme_documents():
     """Fails if a label word is added to or dropped from benchmarks/figures.py without the rule's text saying so."""
     text = (REPO / "benchmarks" / "README.md").read_text(encoding="utf-8")
