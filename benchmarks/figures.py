@@ -8,7 +8,8 @@ a `0.xx` value on a line that speaks of accuracy, AUROC, F1 or loss. Each figure
 - generated: inside a `<!-- table: ... -->` block (benchmarks/tables.py rewrites it from its results file);
 - sourced: the number itself occurs in a results file named on its line or in its paragraph (`*.json`/`*.csv` under
   benchmarks/results/ or beside the page, or a study folder `docs/studies/<name>/`; a page inside a study folder
-  names its own folder). The page may round: 1.72 matches 1.7241960, 148 matches 148.3. A named file that does not
+  names its own folder). The page may round: 1.72 matches 1.7241960, 148 matches 148.3; a percentage may be the
+  file's fraction (6.6% for 0.0662), ms or µs its seconds (6.1 µs for 6.149e-06). A named file that does not
   hold the number does not pass it, and a name that is no file (`throughput.json`) names nothing;
 - labelled: its line, its paragraph or one of its headings carries a label word of `EXTERNAL` (a cited source) or
   `EARLIER` (an earlier measurement no results file holds);
@@ -24,6 +25,7 @@ import subprocess
 import sys
 from collections import Counter
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import cache
 from pathlib import Path
 
@@ -46,7 +48,11 @@ UNIT_FIGURE = re.compile(rf"(?<![\w.\-−+/])[-−+]?{NUMBER}(?:\s?(?:-|–|to)\
 SCORE = re.compile(r"(?<![\w.\-/])0\.\d{2,}(?![\d\w])")
 SCORE_WORDS = re.compile(r"accurac|\bacc\b|auroc|\bauc\b|\bf1\b|loss|top-?1", re.I)
 NUMBERS = re.compile(r"\d[\d,]*(?:\.\d+)?")
-FILE_NUMBER = re.compile(r"\d+(?:\.\d+)?")  # unsigned: the page's −2.1% is the file's -0.021
+# Unsigned (the page's −2.1% is the file's -0.021), with its exponent (6.149e-06 is one number, not 6.149 and 06).
+# An exponent only on a token of its own (a commit's "3e4f" or "5e999999" is no number in scientific notation).
+FILE_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?[eE][-+]?\d{1,3}(?![\w.])|\d+(?:\.\d+)?")
+# A page's ms or µs may be a file's seconds: 6.1 µs is 6.149e-06 s times 1e6.
+SCALES = {"%": (1, 100), "ms": (1, 1_000), "us": (1, 1_000_000), "µs": (1, 1_000_000), "μs": (1, 1_000_000)}
 # A results file or a study folder named in a page: a path ending in .json/.csv, or docs/studies/<name>/...
 NAMED_FILE = re.compile(r"[\w./-]*[\w-]+\.(?:json|csv)\b")
 NAMED_STUDY = re.compile(r"(?:docs/)?studies/[\w/.-]*\w")
@@ -159,7 +165,9 @@ def named_files(text: str, page: str) -> list[Path]:
 
 @cache
 def file_numbers(path: Path) -> frozenset[str]:
-    return frozenset(FILE_NUMBER.findall(path.read_text(encoding="utf-8", errors="replace")))
+    """Every number in the file as plain decimals (the file's 6.149e-06 as 0.000006149)."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return frozenset(format(Decimal(number), "f") for number in FILE_NUMBER.findall(text))
 
 
 def rounds_to(value: str, number: str, scale: int = 1) -> bool:
@@ -172,18 +180,17 @@ def rounds_to(value: str, number: str, scale: int = 1) -> bool:
     return shown > decimals and f"{float(value) * scale:.{decimals}f}" == number
 
 
-def holds(path: Path, number: str, percent: bool = False) -> bool:
+def holds(path: Path, number: str, scales: tuple[int, ...] = (1,)) -> bool:
     """Whether `number` (as on a page: "1.72", "1,091") occurs in the file, exactly or as the page's rounding of a
-    longer value (1.72 for 1.7241960; 148 for 148.3); a percentage also as a fraction (6.6% for 0.0662)."""
+    longer value (1.72 for 1.7241960; 148 for 148.3), or of a value times one of `scales` (6.6% for 0.0662)."""
     number = number.replace(",", "")
-    scales = (1, 100) if percent else (1,)
     return any(rounds_to(value, number, scale) for value in file_numbers(path) for scale in scales)
 
 
 def sourced(figure: str, files: list[Path]) -> bool:
     """Whether every number of `figure` occurs in one of `files` (none named: not sourced)."""
-    percent = figure.endswith("%")
-    return bool(files) and all(any(holds(path, n, percent) for path in files) for n in NUMBERS.findall(figure))
+    scales = next((scales for unit, scales in SCALES.items() if figure.endswith(unit)), (1,))
+    return bool(files) and all(any(holds(path, n, scales) for path in files) for n in NUMBERS.findall(figure))
 
 
 def allowances() -> dict[tuple[str, str], str]:

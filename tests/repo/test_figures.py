@@ -119,6 +119,19 @@ def test_a_figure_passes_only_where_the_named_file_holds_its_number_up_to_the_pa
     assert problems_of(f"A ratio of {ratio[:4]}x.\n\nSource: {results}.\n") != []  # another paragraph
 
 
+def test_a_number_in_scientific_notation_is_one_value_and_a_page_s_us_or_ms_may_be_its_seconds(tmp_path):
+    """Fails if a file's 6.149e-06 is read as the numbers 6.149 and 06 (so that a page's "6.1 ms" or a bare 6.149
+    passed by its mantissa), or if a page's µs or ms stops being matched against the file's seconds. A commit's
+    hex ("5e999999") stays no number in scientific notation."""
+    results = tmp_path / "callback.json"
+    results.write_text('{"seconds_per_step": 6.149e-06, "median_s": 0.07139, "commit": "a5e999999b"}\n')
+    assert "0.000006149" in figures.file_numbers(results)
+    assert "6.149" not in figures.file_numbers(results)
+    assert figures.sourced("6.1 µs", [results]) and figures.sourced("71.4 ms", [results])
+    assert not figures.sourced("6.1 ms", [results]) and not figures.sourced("6.149x", [results])
+    assert not figures.sourced("6 s", [results])  # 6.149e-06 s is no 6 s
+
+
 def test_a_label_passes_its_paragraph_and_its_section_only():
     """Fails if a label word stops counting, or if it passes figures outside its paragraph or section."""
     assert problems_of("It took 42 min (an earlier measurement).\n") == []
