@@ -84,6 +84,7 @@ TABLES: dict[str, tuple[str, Callable[[dict], str]]] = {
     "medical_test": ("recipes/medical_brain_mri/results.json", renderers.medical_test_metrics),
     "fashion_5k_s42": ("recipes/fashion_mnist/results_5k_s42.json", renderers.recipe_top1),
     "fashion_5k_s43": ("recipes/fashion_mnist/results_5k_s43.json", renderers.recipe_top1),
+    "mae_5k": ("recipes/mae/results_5k.json", renderers.mae_two_steps),
 }
 
 

@@ -75,3 +75,27 @@ def test_a_classification_run_renders_its_top1_ema_loss_and_train_time():
     assert row == "| `make x` | 60 | **0.8509** | 0.8494 | 0.8229 | 649 s (10 min 49 s) |"
     del result["metrics"]["eval_ema_accuracy"]
     assert "| **0.8509** | n/a |" in table_renderers.recipe_top1(result)
+
+
+def test_an_mae_run_renders_each_step_s_own_evaluation_and_time():
+    """mae_two_steps (recipes/mae/README.md's generated table): the pretraining's reconstruction loss and k-NN
+    accuracy on its row, the fine-tune's top-1 (bold) and EMA on its own, each step's seconds from the script; fails
+    if the steps' metrics are swapped or a step's time is taken from the other."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import table_renderers
+
+    result = {
+        "run_command": "bash recipes/mae/run.sh",
+        "seconds": {"pretraining": 1116, "fine-tuning": 700, "total": 1816},
+        "metrics": {
+            "pretraining": {"epoch": 21.2766, "eval_loss": 0.44293, "eval_knn_accuracy": 0.729, "train_loss": 0.53649},
+            "fine-tuning": {"epoch": 60.0, "eval_accuracy": 0.87471, "eval_ema_accuracy": 0.8751, "train_loss": 0.9},
+        },
+    }
+    rows = table_renderers.mae_two_steps(result).splitlines()
+    pretraining = "reconstruction loss 0.443, k-NN accuracy 0.729"
+    assert rows[4] == f"| pretraining (labels unused) | 21.3 | {pretraining} | 0.5365 | 1116 s (18 min 36 s) |"
+    assert rows[5] == "| fine-tuning | 60 | top-1 **0.8747** (EMA 0.8751) | 0.9000 | 700 s (11 min 40 s) |"
+    assert rows[-1] == "Both steps: 1816 s (30 min 16 s)."
+    del result["metrics"]["fine-tuning"]["eval_ema_accuracy"]
+    assert "| top-1 **0.8747** | 0.9000 |" in table_renderers.mae_two_steps(result)
