@@ -4,7 +4,11 @@ CI is where the whole suite must run: a test that skips there (Slurm not install
 hides a check in silence, so .ci/run installs what the tests need and this plugin makes a miss visible. An xfail
 hides a check the same way (its failure is expected, so it never fails), and an xpass is an xfail whose reason no
 longer holds: both fail under CI=true, with the xfail's reason. Outside CI (a developer's machine without Slurm)
-skips, xfails and xpasses stay what they are."""
+skips, xfails and xpasses stay what they are.
+
+A skip at collection time (a module-level `pytest.importorskip` or `pytest.skip(allow_module_level=True)`) skips
+every test of its module before any test exists to report it, so it is caught on the collection report: under
+CI=true it becomes a collection error, and pytest exits non-zero."""
 
 import os
 
@@ -13,6 +17,21 @@ import pytest
 
 def ci_forbids_skips() -> bool:
     return os.environ.get("CI", "").lower() == "true"
+
+
+def skip_reason(longrepr) -> str:
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    report = outcome.get_result()
+    if ci_forbids_skips() and report.skipped:
+        reason = skip_reason(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped at collection under CI=true, where every test must run: {reason}"
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -28,7 +47,5 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "failed"
         report.longrepr = f"{kind} under CI=true, where every test must run and pass: xfail reason: {reason}"
     elif report.skipped:
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        reason = reason.removeprefix("Skipped: ")
         report.outcome = "failed"
-        report.longrepr = f"skipped under CI=true, where every test must run: {reason}"
+        report.longrepr = f"skipped under CI=true, where every test must run: {skip_reason(report.longrepr)}"

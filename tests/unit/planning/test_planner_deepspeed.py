@@ -4,14 +4,12 @@ import math
 
 import pytest
 import torch
+from deepspeed.runtime.zero import stage3, stage_1_and_2
 from transformers import ViTConfig, ViTForImageClassification
 
 from hf_vit_scaling.models.presets import MODEL_PRESETS
 from hf_vit_scaling.planning.memory import model_state_bytes
 from hf_vit_scaling.planning.shapes import VitShape
-
-stage_1_and_2 = pytest.importorskip("deepspeed.runtime.zero.stage_1_and_2")
-stage3 = pytest.importorskip("deepspeed.runtime.zero.stage3")
 
 GPU_LAYOUTS = [(1, 1), (2, 1), (8, 1), (8, 4)]  # (GPUs per node, nodes)
 
