@@ -62,12 +62,18 @@ class ScriptParser(OneLineErrors, argparse.ArgumentParser):
 
 class DataclassParser(OneLineErrors, HfArgumentParser):
     """`HfArgumentParser` with one-line refusals: `parse_flags` returns the dataclasses, and an unknown flag is one
-    error naming it (HfArgumentParser raises a bare ValueError listing every leftover string). `script`: as for
-    `ScriptParser`."""
+    error naming it (HfArgumentParser raises a bare ValueError listing every leftover string); no `.args` file is
+    read. `script`: as for `ScriptParser`."""
 
     def __init__(self, dataclass_types, script: str | None = None, **kwargs):
         super().__init__(dataclass_types, **kwargs)
         self.script = script
+
+    def parse_args_into_dataclasses(self, args=None, return_remaining_strings=False):
+        """HfArgumentParser's, without its arguments files: by default it reads `<script>.args` beside the entry
+        script (sys.argv[0]) and puts that file's flags in front of the command line's, so a file nobody named would
+        change the run. Only the command line gives values (or one .json/.yaml file named first: `arguments.parse`)."""
+        return super().parse_args_into_dataclasses(args, return_remaining_strings, look_for_args_file=False)
 
     def parse_flags(self, argv: list[str] | None = None) -> tuple:
         *groups, remaining = self.parse_args_into_dataclasses(argv, return_remaining_strings=True)
