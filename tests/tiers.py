@@ -42,7 +42,7 @@ EXTENDED = {
     "test_gpu_path_flags.py::test_bf16_trains_and_saves_a_model_that_reloads[zero2]": "bf16 is core under ZeRO-3",
     "test_gpu_path_flags.py::test_bf16_trains_and_saves_a_model_that_reloads[fsdp2]": "bf16 is core under ZeRO-3",
     "test_per_rank_randomness.py::test_sequence_parallel_groups_draw_alike_within_and_apart_across":
-        "sequence-parallel groups' draws are core in test_sequence_parallel_launched.py (4 processes, resumed)",
+        "SP groups' draws are core in test_sequence_parallel_launched.py (4 processes, one image copied, resumed)",
     "test_streaming_launched.py::test_peak_memory_does_not_grow_with_the_data_set":
         "a memory bound over two data-set sizes; streaming's rows and resume are core",
     "test_streaming_launched.py::test_every_row_once_per_pass_across_two_ranks[16]": "the [15] cell is core",

@@ -74,6 +74,18 @@ def smooth_image(width: int, height: int, seed: int = 0) -> Image.Image:
     return Image.fromarray(np.stack(channels, -1).astype(np.uint8))
 
 
+def one_image_folder(root, copies: int = 24) -> Path:
+    """An image folder of classes a and b holding `copies` copies each of one image: two ranks' pixels then differ
+    only through their random draws, whichever rows they read."""
+    root = Path(root)
+    image = smooth_image(32, 32, seed=3)
+    for label in ("a", "b"):
+        (root / label).mkdir(parents=True)
+        for i in range(copies):
+            image.save(root / label / f"{i}.png")
+    return root
+
+
 def jpeg_bytes(image: Image.Image, quality: int = 95) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="JPEG", quality=quality)

@@ -3,12 +3,12 @@
 Two processes train on a folder of one image copied many times, so the pixels the model sees on a rank differ from
 the other rank's only through the random draws (crop, flip, RandAugment, erasing, Mixup/CutMix). `--trace_samples`
 records, per rank and step, a fingerprint of the pixels after every input hook. Under sequence parallelism the ranks
-of one group draw alike and the groups apart: on the one image, since on different images (the SP tests' data) the
-groups' pixels differ whatever they draw."""
+of one group draw alike and the groups apart: on the one image, since on different images the groups' pixels differ
+whatever they draw (the core tier checks the same on the one image, resumed: test_sequence_parallel_launched.py)."""
 
 import pytest
 
-from tests.helpers.builders import smooth_image
+from tests.helpers.builders import one_image_folder
 from tests.helpers.launchers import DS_CONFIGS, run_recipe, sample_trace
 
 STEPS = 4
@@ -18,15 +18,6 @@ AUGMENTED = [
     "--drop_path_rate", "0.1", "--trace_samples", "true", "--max_steps", str(STEPS), "--eval_strategy", "no",
     "--per_device_train_batch_size", "8",
 ]  # fmt: skip
-
-
-def one_image_folder(root, copies: int = 24):
-    image = smooth_image(32, 32, seed=3)
-    for label in ("a", "b"):
-        (root / label).mkdir(parents=True)
-        for i in range(copies):
-            image.save(root / label / f"{i}.png")
-    return root
 
 
 @pytest.mark.distributed

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from hf_vit_scaling.models.presets import build_model_from_preset, image_processor_for, preset_config
+from tests.helpers.builders import one_image_folder
 from tests.helpers.launchers import (
     DS_CONFIGS,
     REPO,
@@ -210,9 +211,14 @@ def test_recipe_high_resolution_finetune_under_zero3(tmp_path):
 @pytest.mark.distributed
 def test_four_processes_groups_draw_alike_within_apart_across_and_resume_exactly(tmp_path):
     """dp 2 x sp 2 with every augmentation: the two ranks of a group see the same pixels at every step, the two
-    groups different ones; resumed from checkpoint-3 the run trains only steps 4-6, on the same pixels, to the same
-    losses."""
+    groups different ones; resumed from checkpoint-3 the run trains only steps 4-6, on the same images and pixels, to
+    the same losses. The data is one image copied (64 per class, images of one size: the device input path, every
+    draw from the default generator), so the groups' pixels differ only if their draws do: fails if every group
+    keeps data-parallel rank 0's stream (`PerRankRandomness` with `seed = None` whenever sequence_parallel_size > 1),
+    which different images would hide."""
     args = [
+        "--train_dir",
+        str(one_image_folder(tmp_path / "images", copies=64)),
         "--ds_config",
         str(DS_CONFIGS / "zero2.json"),
         "--sequence_parallel_size",
@@ -233,13 +239,15 @@ def test_four_processes_groups_draw_alike_within_apart_across_and_resume_exactly
     trace = sample_trace(reference)
     for step in range(1, 7):
         group0, group1 = {trace[(r, step)]["pixels"] for r in (0, 1)}, {trace[(r, step)]["pixels"] for r in (2, 3)}
-        assert len(group0) == len(group1) == 1 and group0 != group1, f"step {step}: {group0} {group1}"
+        assert len(group0) == len(group1) == 1, f"step {step}: a group's ranks drew apart: {group0} {group1}"
+        assert group0 != group1, f"step {step}: both groups augmented their identical images identically: {group0}"
 
     resumed.mkdir()
     shutil.copytree(reference / "checkpoint-3", resumed / "checkpoint-3")
     run_recipe(resumed, *args, "--resume_from_checkpoint", "latest", launcher="torchrun", nproc=4)
     assert steps_trained_since(resumed, {}) == {f"rank{r}.jsonl": [4, 5, 6] for r in range(4)}
     again = sample_trace(resumed)
-    assert all(again[(r, s)]["pixels"] == trace[(r, s)]["pixels"] for r in range(4) for s in (4, 5, 6))
+    for field in ("indices", "pixels"):  # the images (on copies of one image, only the indices tell them apart)
+        assert all(again[(r, s)][field] == trace[(r, s)][field] for r in range(4) for s in (4, 5, 6)), field
     ref_losses, got_losses = losses_by_step(reference), losses_by_step(resumed)
     assert [got_losses[s] for s in (4, 5, 6)] == pytest.approx([ref_losses[s] for s in (4, 5, 6)], rel=1e-6)
