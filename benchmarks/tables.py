@@ -9,7 +9,7 @@ A generated table sits between two markers in a markdown page, the first naming 
 
 `python benchmarks/tables.py` (`make docs-figures`) rewrites every such block from its results file;
 `--check` only compares and exits 1 naming each page and table that differs (tests/repo/test_figures.py runs it).
-Each table's renderer (benchmarks/table_renderers.py) reads one results file (written by a benchmark script with its
+Each table's renderer (benchmarks/table_renderers/) reads one results file (written by a benchmark script with its
 provenance: command, commit, CPU, versions, date); `render` ends the table with a `Source:` line naming that file, so
 the page says where its numbers are.
 A figure typed into a page instead must name the results file that holds it, or be labelled or allowed:
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import figures  # benchmarks/figures.py: the check of the figures typed outside the generated tables
-import table_renderers as renderers  # benchmarks/table_renderers.py (scripts run as benchmarks/<name>.py)
+import table_renderers as renderers  # benchmarks/table_renderers/ (scripts run as benchmarks/<name>.py)
 
 REPO = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
