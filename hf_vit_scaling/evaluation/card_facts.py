@@ -1,6 +1,7 @@
 """The model card's facts of a training run (everything but its metrics): what the recipe trained, on what, with
 which engine and batch. `evaluation/model_card.py` renders them with the metrics into README.md."""
 
+import json
 import os
 
 from hf_vit_scaling.evaluation.model_card import teacher_accuracy
@@ -16,6 +17,13 @@ def teacher_card_rows(distil) -> dict:
         "teacher": f"{distil.teacher_model} ({settings})",
         "teacher accuracy": teacher_accuracy(distil.teacher_model),
     }
+
+
+def resolved_summary(resolved: dict) -> str:
+    """The DeepSpeed values the project set, for the card's setup table: "reduce_bucket_size=120832 (1 gradient
+    flush a step ...); timers={...} (...)"."""
+    return "; ".join(f"{key.rsplit('.', 1)[-1]}={json.dumps(entry['value'])} ({entry['reason']})"
+                     for key, entry in resolved.items())  # fmt: skip
 
 
 def model_card_facts(training, model_args, engine, lr_info: dict, sp_size: int, data, model, model_desc: str) -> dict:
@@ -44,6 +52,7 @@ def model_card_facts(training, model_args, engine, lr_info: dict, sp_size: int, 
             "classes": len(data.label_names),
             "engine": engine.describe(),
             "ds_config": engine.ds_config_path or "none",
+            **({"DeepSpeed values set": resolved_summary(engine.resolved)} if engine.resolved else {}),
             "world size": training.world_size,
             "per-device batch": training.per_device_train_batch_size,
             "gradient accumulation": gas,

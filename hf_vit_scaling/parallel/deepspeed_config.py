@@ -63,3 +63,88 @@ def check_ds_config_against_flags(mismatches) -> None:
             + "; ".join(mismatches)
             + '. Fix: set these keys to "auto" in the config (the Trainer fills them) or change the flags.'
         )
+
+
+# --------------------------------------------------------------------------- the run's values, resolved once
+
+BUCKET_ALIGNMENT = 512  # elements; DeepSpeed asserts bucket sizes are multiples of its start alignment (2 on CPU)
+DEEPSPEED_DEFAULT_BUCKET = 500_000_000  # DeepSpeed's own default (runtime/zero/config.py): the cap used here too
+FLUSHES_ON_SEVERAL_PROCESSES = 4  # gradient buckets per step when there is communication to overlap with backward
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def gradient_bucket_elements(tensor_numels: list[int], world_size: int) -> tuple[int, int]:
+    """(bucket elements, flushes a step at most) for a model's gradient tensors.
+
+    DeepSpeed fills a bucket with whole gradients as backward produces them and flushes it (a flatten, a collective,
+    a copy back; on a GPU with stream waits) when the next gradient would not fit. transformers' "auto" is
+    hidden_size^2 (589,824 for ViT-B, about one 768x768 matrix): 147 flushes a step over ViT-B/16's 200 tensors.
+    With nothing to overlap (one process) one bucket holds every gradient: one flush, in the epilogue. With several,
+    F = 4 flushes overlap the reduction with the backward still running. Every bucket but the last holds more than
+    B - m (m: the largest gradient), so n buckets need (n - 1)(B - m) < total; n <= F holds for
+    B = ceil(total / (F - 1)) + m. ViT-B/16: 85,806,346 / 3 + 2,359,296 = 30,961,412 -> 30,961,664 elements
+    (59 MiB in bf16, against 0.93 GiB for DeepSpeed's default 5e8), capped at that default for larger models."""
+    total, largest = sum(tensor_numels), max(tensor_numels)
+    flushes = 1 if world_size <= 1 else FLUSHES_ON_SEVERAL_PROCESSES
+    bucket = total if flushes == 1 else -(-total // (flushes - 1)) + largest
+    return min(_round_up(bucket, BUCKET_ALIGNMENT), DEEPSPEED_DEFAULT_BUCKET), flushes
+
+
+def _is_unset(section: dict, key: str) -> bool:
+    """A value the user did not write: absent, or "auto" (the Trainer's placeholder). A number always wins."""
+    return section.get(key, "auto") == "auto"
+
+
+def model_sized_values(config: dict[str, Any], tensor_numels: list[int], small_tensor_max: int, world_size: int,
+                       layer_class: str | None) -> dict[str, tuple[Any, str]]:  # fmt: skip
+    """The values of `config` that depend on the model, chosen from its real tensors: {dotted key: (value, reason)}.
+    Only keys the user left out or set to "auto" are chosen; a number in the file always wins.
+
+    - gradient buckets (`reduce_bucket_size`; ZeRO-1/2 `allgather_bucket_size`; ZeRO-3 `stage3_prefetch_bucket_size`):
+      `gradient_bucket_elements`;
+    - ZeRO-3 `stage3_param_persistence_threshold`: one above the largest tensor that is not a weight matrix (biases,
+      LayerNorms: 3,072 elements in ViT-B), so every matrix is partitioned (that is ZeRO-3's memory) and nothing else
+      pays a gather (transformers' 10 x hidden is meant for LMs);
+    - ZeRO-3 `leaf_module`: the encoder layer (`layer_class`), gathered whole on entry: one hook and one gather per
+      layer instead of one per submodule (18 a ViT layer; DeepSpeed's `set_z3_leaf_modules`);
+    - `timers.throughput`: off. DeepSpeed's throughput timer synchronizes the device at the start of forward and in
+      `step()` when the engine got no dataloader (under the Trainer); the throughput report times steps itself.
+    `tensor_numels`: every trainable tensor's full element count (ZeRO-3: `ds_numel`); `small_tensor_max`: the
+    largest one with fewer than 2 dimensions."""
+    stage = zero_stage(config)
+    zero = config.get("zero_optimization", {})
+    values: dict[str, tuple[Any, str]] = {}
+    if stage >= 1:
+        bucket, flushes = gradient_bucket_elements(tensor_numels, world_size)
+        plural = "es" if flushes > 1 else ""
+        why = (
+            f"{flushes} gradient flush{plural} a step at most for {sum(tensor_numels):,} elements in "
+            f"{len(tensor_numels)} tensors on {world_size} process{'es' if world_size > 1 else ''}"
+        )
+        keys = ["reduce_bucket_size", "stage3_prefetch_bucket_size" if stage == 3 else "allgather_bucket_size"]
+        for key in keys:
+            if _is_unset(zero, key):
+                values[f"zero_optimization.{key}"] = (bucket, why)
+    if stage == 3 and _is_unset(zero, "stage3_param_persistence_threshold"):
+        values["zero_optimization.stage3_param_persistence_threshold"] = (
+            small_tensor_max + 1,
+            "every weight matrix partitioned, biases and norms kept whole",
+        )
+    if stage == 3 and layer_class and "leaf_module" not in zero:
+        values["zero_optimization.leaf_module"] = ({"classes": [layer_class]}, "each encoder layer gathered whole")
+    if "timers" not in config:
+        values["timers"] = ({"throughput": {"enabled": False}}, "DeepSpeed's timer syncs the device every step")
+    return values
+
+
+def set_values(config: dict[str, Any], values: dict[str, Any]) -> None:
+    """Write {dotted key: value} into a DeepSpeed dict ("zero_optimization.reduce_bucket_size")."""
+    for dotted, value in values.items():
+        *sections, key = dotted.split(".")
+        node = config
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[key] = value

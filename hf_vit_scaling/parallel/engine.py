@@ -9,14 +9,17 @@ One code path per engine, all through the Trainer:
 
 `engine_of` is the one place that reads the engine out of TrainingArguments; `parse_args` calls it once, and every
 later reader (the checks, the world's setup, the learning-rate scaling, the resume, the reports) uses that `Engine`.
-Its `ds_config` is the very dict the Trainer builds DeepSpeed from, so a value set there (the scaled lr, universal
-loading) reaches DeepSpeed.
+Its `ds_config` is the very dict the Trainer builds DeepSpeed from. Every value the project sets in it goes through
+`Engine.set_values` (the scaled lr, sequence parallelism's batch arithmetic, universal loading) or
+`Engine.resolve_for_model` (bucket sizes, ZeRO-3 persistence and leaf modules, timers: chosen from the model's
+tensors), each recorded with its reason in `Engine.resolved`, which the throughput report and the model card print.
+transformers' `trainer_config_finalize` then fills only the "auto" values left (batch, precision, clipping).
 """
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from hf_vit_scaling.parallel.deepspeed_config import offload_targets, zero_stage
+from hf_vit_scaling.parallel.deepspeed_config import model_sized_values, offload_targets, set_values, zero_stage
 from hf_vit_scaling.parallel.distributed import init_deepspeed_comm
 
 
@@ -30,6 +33,27 @@ class Engine:
     ds_config_path: str | None = None
     fsdp_plugin_args: dict[str, Any] = field(default_factory=dict)  # TrainingArguments.fsdp_plugin_args
     ds_config_mismatches: tuple[str, ...] = ()  # config values that contradict the flags (transformers' list)
+    resolved: dict[str, dict] = field(default_factory=dict, compare=False)  # {dotted key: {"value", "reason"}}
+
+    def set_values(self, values: dict[str, Any], reason: str) -> None:
+        """Set {dotted key: value} in the run's DeepSpeed dict (nothing without DeepSpeed), recording why."""
+        if self.ds_config is None or not values:
+            return
+        set_values(self.ds_config, values)
+        self.resolved.update({key: {"value": value, "reason": reason} for key, value in values.items()})
+
+    def resolve_for_model(self, model, world_size: int) -> None:
+        """The DeepSpeed values that depend on the model, from its trainable tensors
+        (`deepspeed_config.model_sized_values`): call once the model is built, before the Trainer."""
+        if self.ds_config is None:
+            return
+        params = [p for p in model.parameters() if p.requires_grad]
+        numels = [int(getattr(p, "ds_numel", p.numel())) for p in params]  # ZeRO-3 built it partitioned
+        small = [n for p, n in zip(params, numels) if len(getattr(p, "ds_shape", p.shape)) < 2]
+        layer = encoder_layer_class(model)
+        for key, (value, reason) in model_sized_values(self.ds_config, numels, max(small, default=0), world_size,
+                                                       layer).items():  # fmt: skip
+            self.set_values({key: value}, reason)
 
     @property
     def zero_stage(self) -> int | None:
@@ -63,6 +87,18 @@ class Engine:
             resharded = "resharded after forward" if args.get("reshard_after_forward", True) else "kept after forward"
             return f"{self.label()} (fully_shard per ViTLayer, parameters {resharded}, {args.get('state_dict_type')})"
         return "none (plain Trainer)"
+
+
+def encoder_layer_class(model) -> str | None:
+    """The fully qualified class of the repeated block in a model's encoder (transformers' `ViTLayer`, ...): the
+    modules of its largest `ModuleList`; None when it has none (a CNN's stages hold no such list)."""
+    import torch
+
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) > 0]
+    if not lists:
+        return None
+    block = type(max(lists, key=len)[0])
+    return f"{block.__module__}.{block.__qualname__}"
 
 
 def engine_of(training_args) -> Engine:

@@ -114,13 +114,14 @@ def check_head_count(num_attention_heads: int, sp_size: int) -> None:
         )
 
 
-def configure_ds_config(
-    ds_config: dict, sp_size: int, per_device_batch: int, accumulation: int, world_size: int
-) -> None:
+def sequence_parallel_ds_values(sp_size: int, per_device_batch: int, accumulation: int, world_size: int) -> dict:
     """DeepSpeed's batch arithmetic counts data-parallel replicas, not processes: N ranks share one micro-batch.
-    train_batch_size = micro-batch x accumulation x (world / N), e.g. 1 x 1 x (8 / 4) = 2 images per step."""
-    ds_config["sequence_parallel_size"] = sp_size  # DeepSpeedConfig divides the world by it (zero.Init, no mpu)
-    ds_config["train_batch_size"] = global_batch_size(per_device_batch, accumulation, world_size, sp_size)
+    train_batch_size = micro-batch x accumulation x (world / N), e.g. 1 x 1 x (8 / 4) = 2 images per step.
+    `sequence_parallel_size`: DeepSpeedConfig divides the world by it (zero.Init, no mpu)."""
+    return {
+        "sequence_parallel_size": sp_size,
+        "train_batch_size": global_batch_size(per_device_batch, accumulation, world_size, sp_size),
+    }
 
 
 # --------------------------------------------------------------------------- process groups
@@ -362,19 +363,11 @@ def shard_dataloader_by_data_parallel_rank(dataloader, dp_size: int, dp_rank: in
     return dataloader
 
 
-def setup_sequence_parallel(sp_size: int, ds_config: dict | None, training_args=None) -> ViTSequenceParallel | None:
+def setup_sequence_parallel(sp_size: int, ds_config: dict | None) -> ViTSequenceParallel | None:
     """Build DeepSpeed's SP groups and mpu; call after `init_deepspeed_comm` and before the model is built
-    (ZeRO-3's zero.Init partitions over the sequence-data-parallel world). With `training_args`, the DeepSpeed
-    config the Trainer will use gets the data-parallel batch arithmetic. None when sp_size is 1."""
+    (ZeRO-3's zero.Init partitions over the sequence-data-parallel world), once the DeepSpeed config the Trainer will
+    use holds `sequence_parallel_ds_values`. None when sp_size is 1."""
     if sp_size <= 1:
         return None
-    if training_args is not None and ds_config is not None:
-        configure_ds_config(
-            ds_config,
-            sp_size,
-            training_args.per_device_train_batch_size,
-            training_args.gradient_accumulation_steps,
-            training_args.world_size,
-        )
     init_sequence_parallel_groups(sp_size)
     return ViTSequenceParallel(sp_size, sequence_parallel_loss_grad_scale(sp_size, ds_config))

@@ -1,5 +1,7 @@
 """The throughput report as the table the main process prints once at the end of training."""
 
+import json
+
 
 def format_value(value, spec: str = ".3g", unit: str = "") -> str:
     """`value` formatted with `spec` and `unit`, or "n/a" for a figure that was not measured (null in the report)."""
@@ -66,6 +68,18 @@ def compile_line(compile_facts: dict, warmup_steps: int) -> str | None:
     )
 
 
+def resolved_lines(resolved: dict) -> list[str]:
+    """The DeepSpeed values the project set, grouped by reason: "deepspeed    reduce_bucket_size 120,832,
+    allgather_bucket_size 120,832: 1 gradient flush a step ..." (none without DeepSpeed)."""
+    by_reason: dict[str, list[str]] = {}
+    for key, entry in resolved.items():
+        value = entry["value"]
+        shown = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else json.dumps(value)
+        by_reason.setdefault(entry["reason"], []).append(f"{key.rsplit('.', 1)[-1]} {shown}")
+    return [f"{'deepspeed' if i == 0 else '':<13}{', '.join(keys)}: {reason}"
+            for i, (reason, keys) in enumerate(by_reason.items())]  # fmt: skip
+
+
 def format_report(report: dict) -> str:
     """A readable table of the report, printed once by the main process."""
     s, t, st, fl, mem, rk = (report[k] for k in ("setup", "throughput", "step_time_s", "flops", "memory", "ranks"))
@@ -109,6 +123,7 @@ def format_report(report: dict) -> str:
         f"ranks        fastest {rk['fastest_rank']}, slowest {rk['slowest_rank']}, spread "
         f"{_fmt(rk['spread'], '.2f', 'x')}, est. wait at gradient sync {rk['est_sync_wait_s_total']:.2f} s in all",
     ]
+    lines += resolved_lines(s.get("deepspeed_resolved") or {})
     compiled = compile_line(report["compile"], t["warmup_steps"])
     if compiled is not None:
         lines.append(compiled)

@@ -5,7 +5,7 @@ docs/throughput.md is checked against `REPORT_SCHEMA` by the tests, so the page 
 
 import json
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 REPORT_FILENAME = "throughput.json"
 
 REPORT_SCHEMA: dict[str, dict[str, str]] = {
@@ -18,6 +18,8 @@ REPORT_SCHEMA: dict[str, dict[str, str]] = {
         "global_batch_size": "per-device batch x accumulation x world / sequence-parallel size",
         "zero_stage": "ZeRO stage, null without DeepSpeed",
         "offload": "offloaded states and their device, e.g. {optimizer: cpu}",
+        "deepspeed_resolved": "{dotted key: {value, reason}}: every DeepSpeed value the project set (bucket sizes, "
+        "ZeRO-3 persistence and leaf modules, timers, the scaled lr, ...); {} without DeepSpeed",
         "precision": "fp32, bf16, fp16 or tf32",
         "image_size": "input side in pixels",
         "patch_size": "patch side in pixels (null for a CNN)",
@@ -135,8 +137,16 @@ def upgrade_v3(report: dict) -> dict:
     return report
 
 
+def upgrade_v4(report: dict) -> dict:
+    """Version 4 files (before the DeepSpeed values were resolved and recorded) read as version 5: nothing
+    recorded, so `deepspeed_resolved` is empty."""
+    report.setdefault("setup", {}).setdefault("deepspeed_resolved", {})
+    report["schema_version"] = 5
+    return report
+
+
 def load_throughput_report(path: str) -> dict:
-    """Read a throughput.json (version 4, or versions 1 to 3 upgraded), checking every section and key."""
+    """Read a throughput.json (version 5, or versions 1 to 4 upgraded), checking every section and key."""
     with open(path, encoding="utf-8") as f:
         report = json.load(f)
     version = report.get("schema_version")
@@ -148,6 +158,9 @@ def load_throughput_report(path: str) -> dict:
         version = 3
     if version == 3:
         report = upgrade_v3(report)
+        version = 4
+    if version == 4:
+        report = upgrade_v4(report)
     elif version != SCHEMA_VERSION:
         raise ValueError(f"{path}: throughput report schema {version!r}; this version reads 1 to {SCHEMA_VERSION}")
     missing = [

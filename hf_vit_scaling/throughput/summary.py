@@ -156,6 +156,7 @@ def summarize(per_rank: list[dict], setup: dict) -> dict:
             "global_batch_size": batch,
             "zero_stage": setup["zero_stage"],
             "offload": setup["offload"],
+            "deepspeed_resolved": setup.get("deepspeed_resolved", {}),
             "precision": setup["precision"],
             "image_size": setup["image_size"],
             "patch_size": setup["patch_size"],

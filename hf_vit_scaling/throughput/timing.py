@@ -1,6 +1,7 @@
 """`ThroughputCallback`: times each optimizer step on every rank and writes the throughput report at the end.
 
-What is timed (per rank, wall clock, accelerator synchronised at each boundary):
+What is timed (per rank; on a GPU on the device's own timeline, between CUDA events recorded at each boundary and
+read once per logging window, so timing never stalls the launch queue; elsewhere with the wall clock):
 - step compute: `on_step_begin` -> `on_step_end` of one optimizer step (all micro-batches, backward, optimizer);
 - data wait: previous `on_step_end` -> `on_step_begin` (the Trainer fetches the step's batches there); intervals
   that contain an evaluation or a checkpoint save are excluded;
@@ -50,9 +51,28 @@ from hf_vit_scaling.utils import peak_rss_bytes
 MAX_STEPS_GATHERED = 20_000  # per-step arrays beyond this are trimmed to the last steps before gathering
 
 
-def _sync(device_type: str) -> None:
-    if device_type == "cuda":
-        torch.cuda.synchronize()
+class StepMarks:
+    """Time points at the step's boundaries, read later: on CUDA, events recorded on the current stream (no host
+    wait: `mark` returns at once) and resolved by `seconds` after one `synchronize` of the last event, once per
+    logging window (`ThroughputCallback.flush`); elsewhere `time.perf_counter()`."""
+
+    def __init__(self, device_type: str):
+        self.on_cuda = device_type == "cuda"
+
+    def mark(self):
+        if not self.on_cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def wait_for(self, last) -> None:
+        """The one host wait of a window: until the last mark has happened on the device."""
+        if self.on_cuda and last is not None:
+            last.synchronize()
+
+    def seconds(self, start, end) -> float:
+        return start.elapsed_time(end) / 1000.0 if self.on_cuda else end - start
 
 
 def _mean(values: list[float]) -> float | None:
@@ -118,7 +138,6 @@ class ThroughputCallback(TrainerCallback):
         self._reset()
 
     def _reset(self):
-        self.step_ends: list[float] = []  # time of each on_step_end
         self.compute: list[float] = []  # on_step_begin -> on_step_end
         self.data_wait: list[float] = []  # previous on_step_end -> on_step_begin (nan when excluded)
         self.forward: list[float] = []  # model forward seconds within each step (input hooks excluded)
@@ -128,8 +147,9 @@ class ThroughputCallback(TrainerCallback):
         self.compile_watch = CompileWatch()  # graphs dynamo compiled within each step
         self._step_begin = self._last_end = None
         self._paused = False
-        self._fwd_start = self._fwd_time = self._input_time = 0.0
         self._step_images = 0
+        self._pending_forwards: list[list] = []  # this step's [start, inputs ready, end] marks per forward
+        self._unread: list[tuple] = []  # finished steps whose marks `flush` has not read yet
 
     # ------------------------------------------------------------------ hooks on the model
 
@@ -146,20 +166,15 @@ class ThroughputCallback(TrainerCallback):
                 pixel_values = kwargs.get("pixel_values", args[0] if args else None)
                 if pixel_values is not None:
                     self._step_images += int(pixel_values.shape[0])
-                _sync(self.device_type)
-                self._fwd_start = time.perf_counter()
+                self._pending_forwards.append([self.marks.mark(), None, None])
 
         def inputs_ready_hook(module, args, kwargs):
-            if module.training:
-                _sync(self.device_type)
-                now = time.perf_counter()
-                self._input_time += now - self._fwd_start
-                self._fwd_start = now
+            if module.training and self._pending_forwards:
+                self._pending_forwards[-1][1] = self.marks.mark()
 
         def post_hook(module, args, kwargs, output):
-            if module.training:
-                _sync(self.device_type)
-                self._fwd_time += time.perf_counter() - self._fwd_start
+            if module.training and self._pending_forwards:
+                self._pending_forwards[-1][2] = self.marks.mark()
             return output
 
         self._hooks = [
@@ -174,6 +189,7 @@ class ThroughputCallback(TrainerCallback):
         self._reset()
         self.rank, self.world_size = rank_and_world()
         self.device, self.device_type = args.device, args.device.type
+        self.marks = StepMarks(self.device_type)
         self.model = model
         if model is not None:
             self.attach(model)
@@ -183,27 +199,38 @@ class ThroughputCallback(TrainerCallback):
         self.peak_tflops, self.peak_source = device_peak_tflops(args.device, precision, self.user_peak_tflops)
 
     def on_step_begin(self, args, state, control, **kwargs):
-        _sync(self.device_type)
-        now = time.perf_counter()
-        excluded = self._paused or self._last_end is None
-        self.data_wait.append(float("nan") if excluded else now - self._last_end)
-        self.excluded_before.append(excluded)
-        self._step_begin, self._paused = now, False
-        self._fwd_time, self._input_time, self._step_images = 0.0, 0.0, 0
+        self._step_begin = self.marks.mark()
+        self._step_excluded = self._paused or self._last_end is None
+        self._step_previous_end = self._last_end
+        self._paused = False
+        self._step_images, self._pending_forwards = 0, []
         self.compile_watch.begin_step()
 
     def on_step_end(self, args, state, control, **kwargs):
         if self._step_begin is None:
             return
-        _sync(self.device_type)
-        now = time.perf_counter()
-        self.compute.append(now - self._step_begin)
-        self.forward.append(self._fwd_time)
-        self.inputs.append(self._input_time)
-        self.images.append(self._step_images)
-        self.step_ends.append(now)
-        self._last_end = now
+        end = self.marks.mark()
+        self._unread.append((self._step_previous_end, self._step_begin, end, self._pending_forwards,
+                             self._step_excluded, self._step_images))  # fmt: skip
+        self._last_end = end
         self.compile_watch.end_step()
+
+    def flush(self) -> None:
+        """Read the marks of the steps since the last flush into the per-step lists: one host wait for the window's
+        last mark (CUDA), none elsewhere. Called when the Trainer logs and when training ends."""
+        if not self._unread:
+            return
+        self.marks.wait_for(self._unread[-1][2])
+        seconds = self.marks.seconds
+        for previous_end, begin, end, forwards, excluded, images in self._unread:
+            self.data_wait.append(float("nan") if excluded else seconds(previous_end, begin))
+            self.excluded_before.append(excluded)
+            self.compute.append(seconds(begin, end))
+            complete = [f for f in forwards if f[2] is not None]
+            self.inputs.append(sum(seconds(start, ready or start) for start, ready, _ in complete))
+            self.forward.append(sum(seconds(ready or start, stop) for start, ready, stop in complete))
+            self.images.append(images)
+        self._unread = []
 
     def on_evaluate(self, args, state, control, **kwargs):
         self._paused = True
@@ -215,6 +242,7 @@ class ThroughputCallback(TrainerCallback):
         """Add running figures to training logs (this callback runs first, so TensorBoard & co. receive them)."""
         if logs is None or "loss" not in logs:
             return
+        self.flush()
         live = self._rate_figures()
         if live["images_per_s"] is None:
             return
@@ -229,6 +257,7 @@ class ThroughputCallback(TrainerCallback):
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
+        self.flush()
         self.report = summarize(gather_object(self._local_figures()), self._setup(args))
         if state.is_world_process_zero:
             os.makedirs(args.output_dir, exist_ok=True)
@@ -318,6 +347,7 @@ class ThroughputCallback(TrainerCallback):
             "gradient_accumulation_steps": args.gradient_accumulation_steps,
             "zero_stage": engine.zero_stage if engine is not None else None,
             "offload": engine.offload if engine is not None else {},
+            "deepspeed_resolved": dict(engine.resolved) if engine is not None else {},
             "precision": precision_name(args.bf16, args.fp16, args.tf32),
             "image_size": as_pair(config.image_size)[0],
             "patch_size": as_pair(config.patch_size)[0] if has_patches(config) else None,

@@ -267,11 +267,13 @@ def needs_universal_checkpoint(folder: str | None, world_size: int, zero_stage: 
     return saved is not None and saved != world_size
 
 
-def prepare_world_size_change(folder: str, ds_config: dict | None, world_size: int, is_main: bool) -> str | None:
-    """Convert `folder` to a universal checkpoint (main process; the others wait) and make DeepSpeed load it:
-    `ds_config`, the run's DeepSpeed dict (`Engine.ds_config`) the Trainer builds the engine from, gets universal
-    loading turned on (None: the caller sets it on a DeepSpeed engine already built). Returns a message for the
-    user."""
+UNIVERSAL_LOADING = {"checkpoint.load_universal": True}  # the DeepSpeed value that loads a universal checkpoint
+
+
+def prepare_world_size_change(folder: str, world_size: int, is_main: bool) -> str | None:
+    """Convert `folder` to a universal checkpoint (main process; the others wait). The caller makes DeepSpeed load
+    it: `UNIVERSAL_LOADING` in the run's DeepSpeed dict (`Engine.set_values`), or on an engine already built.
+    Returns a message for the user."""
     import torch.distributed as dist
 
     from hf_vit_scaling.parallel.distributed import is_initialized
@@ -289,8 +291,6 @@ def prepare_world_size_change(folder: str, ds_config: dict | None, world_size: i
         error = flag[0]
     if error:
         raise RuntimeError(error)
-    if ds_config is not None:  # the Trainer builds the engine from this dict when train() starts
-        ds_config.setdefault("checkpoint", {})["load_universal"] = True
     return (
         f"{folder} was saved by {saved} process(es), this run has {world_size}: loading DeepSpeed's universal "
         "checkpoint (converted once, next to the original)"

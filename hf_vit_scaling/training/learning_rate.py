@@ -28,12 +28,10 @@ def scaled_learning_rate(base_lr: float, global_batch: int, reference_batch: int
     return {"none": base_lr, "linear": base_lr * ratio, "sqrt": base_lr * math.sqrt(ratio)}[rule]
 
 
-def apply_lr_scaling(
-    training_args, rule: str, reference_batch: int, sequence_parallel_size: int = 1, ds_config: dict | None = None
-) -> dict:
+def apply_lr_scaling(training_args, rule: str, reference_batch: int, sequence_parallel_size: int = 1) -> dict:
     """Set `training_args.learning_rate` (and a warmup if none was given) for the run's global batch
-    (N sequence-parallel ranks share their images: the batch counts world / N replicas). `ds_config`: the run's
-    DeepSpeed dict (`Engine.ds_config`), which gets the scaled lr too."""
+    (N sequence-parallel ranks share their images: the batch counts world / N replicas). A DeepSpeed config's own
+    optimizer block gets the same lr through `deepspeed_lr_values`."""
     global_batch = global_batch_size(
         training_args.per_device_train_batch_size,
         training_args.gradient_accumulation_steps,
@@ -44,7 +42,6 @@ def apply_lr_scaling(
     training_args.learning_rate = scaled_learning_rate(base, global_batch, reference_batch, rule)
     if rule != "none" and not training_args.warmup_steps:
         training_args.warmup_steps = DEFAULT_SCALING_WARMUP
-    _update_filled_deepspeed_lr(ds_config, training_args.learning_rate)
     return {
         "rule": rule,
         "base_lr": base,
@@ -55,14 +52,13 @@ def apply_lr_scaling(
     }
 
 
-def _update_filled_deepspeed_lr(ds_config: dict | None, learning_rate: float) -> None:
+def deepspeed_lr_values(ds_config: dict | None, learning_rate: float) -> dict:
     """TrainingArguments already filled the DeepSpeed config's "auto" lr (offload configs carry an optimizer block):
-    carry the scaled lr there too, so DeepSpeed's optimizer gets the same value as the Trainer's."""
-    if ds_config is None:
-        return
-    optimizer = ds_config.get("optimizer", {}).get("params", {})
-    if "lr" in optimizer:
-        optimizer["lr"] = learning_rate
-    scheduler = ds_config.get("scheduler", {}).get("params", {})
-    if "warmup_max_lr" in scheduler:
-        scheduler["warmup_max_lr"] = learning_rate
+    the keys that must carry the scaled lr too, so DeepSpeed's optimizer gets the same value as the Trainer's."""
+    config = ds_config or {}
+    values = {}
+    if "lr" in config.get("optimizer", {}).get("params", {}):
+        values["optimizer.params.lr"] = learning_rate
+    if "warmup_max_lr" in config.get("scheduler", {}).get("params", {}):
+        values["scheduler.params.warmup_max_lr"] = learning_rate
+    return values

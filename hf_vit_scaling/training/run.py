@@ -28,10 +28,11 @@ from hf_vit_scaling.models.presets import count_parameters
 from hf_vit_scaling.parallel.distributed import is_main_process
 from hf_vit_scaling.parallel.engine import Engine, start_engine
 from hf_vit_scaling.parallel.hetero import SlowRankSimulator, balanced_rank_batches
-from hf_vit_scaling.parallel.sequence_parallel import setup_sequence_parallel
+from hf_vit_scaling.parallel.sequence_parallel import sequence_parallel_ds_values, setup_sequence_parallel
 from hf_vit_scaling.regularization.batch_augmenter import BatchAugmenter
 from hf_vit_scaling.regularization.ema import EMACallback, check_ema_resumable
 from hf_vit_scaling.training.checkpoints import (
+    UNIVERSAL_LOADING,
     check_optimizer_state,
     needs_universal_checkpoint,
     prepare_world_size_change,
@@ -39,7 +40,7 @@ from hf_vit_scaling.training.checkpoints import (
 )
 from hf_vit_scaling.training.distillation import Teacher, check_teacher_labels, check_teacher_rows
 from hf_vit_scaling.training.hub import push_trained_model
-from hf_vit_scaling.training.learning_rate import apply_lr_scaling
+from hf_vit_scaling.training.learning_rate import apply_lr_scaling, deepspeed_lr_values
 from hf_vit_scaling.training.loader_workers import release_loader_workers
 from hf_vit_scaling.training.model_hooks import attach_model_hooks
 from hf_vit_scaling.utils import write_json_atomically
@@ -80,13 +81,20 @@ def prepare_world(args) -> World:
         training.ignore_data_skip = True  # a stream resumes from the data position in the checkpoint, not by skipping
     if training.device.type == "cpu":
         training.dataloader_pin_memory = False  # pinning needs an accelerator
+    if args.reliability.on_nonfinite_loss == "stop":  # the policy stops before a non-finite loss is logged, so the
+        training.logging_nan_inf_filter = False  # Trainer's filter has nothing to do; its check reads every loss
     if args.distillation.distillation_token:  # DeiT's two-head forward takes no `labels`: the Trainer would find no
         training.label_names = ["labels"]  # label field in its signature and evaluate without labels (no accuracy)
     sp_size = args.engine.sequence_parallel_size
     engine = args.run_engine  # resolved once by parse_args
-    lr_info = apply_lr_scaling(training, args.lr.lr_scaling, args.lr.reference_batch_size, sp_size, engine.ds_config)
+    lr_info = apply_lr_scaling(training, args.lr.lr_scaling, args.lr.reference_batch_size, sp_size)
+    engine.set_values(deepspeed_lr_values(engine.ds_config, training.learning_rate), f"--lr_scaling {lr_info['rule']}")
     start_engine(engine, training)
-    sequence_parallel = setup_sequence_parallel(sp_size, engine.ds_config, training)
+    if sp_size > 1:
+        engine.set_values(sequence_parallel_ds_values(sp_size, training.per_device_train_batch_size,
+                                                      training.gradient_accumulation_steps, training.world_size),
+                          f"--sequence_parallel_size {sp_size}: batch counted per data-parallel replica")  # fmt: skip
+    sequence_parallel = setup_sequence_parallel(sp_size, engine.ds_config)
     resume_from = resume_checkpoint(training, engine)
     check_ema_resumable(args.regularization.ema_decay, resume_from)  # the EMA state must be there
     return World(engine, lr_info, sequence_parallel, resume_from)
@@ -100,7 +108,8 @@ def resume_checkpoint(training_args, engine: Engine) -> str | None:
         check_optimizer_state(folder, engine.kind, engine.zero_stage)
     world = training_args.world_size
     if needs_universal_checkpoint(folder, world, engine.zero_stage):
-        notes.append(prepare_world_size_change(folder, engine.ds_config, world, is_main_process()))
+        notes.append(prepare_world_size_change(folder, world, is_main_process()))
+        engine.set_values(UNIVERSAL_LOADING, "resumed on another number of processes")
     for note in notes:
         logger.info(f"Resume: {note}")
     return folder
@@ -178,6 +187,9 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str,
     (`attach_extension_points`), and the run's records (per-rank batches, metrics, EMA, the model card's facts).
     `classifier=False` (MAE pretraining): no classification metrics (their `evaluate` modules are not loaded) and no
     card facts."""
+    world.engine.resolve_for_model(
+        model, args.training.world_size
+    )  # DeepSpeed's model-sized values, before the Trainer
     size, mean, std = as_pair(model.config.image_size)[0], processor.image_mean, processor.image_std
     reg = args.regularization
     smoothing = args.training.label_smoothing_factor  # applied by the augmenter's loss, before mixing

@@ -68,7 +68,7 @@ class VitTrainer(UpstreamOverrides):
         self.rank_batches = rank_batches
         self._loaders_made = []  # train loaders handed to the training loop (training/loader_workers.py)
         self.sequence_parallel = sequence_parallel
-        self.nonfinite = NonFiniteLossPolicy(self, nonfinite_policy)
+        self.nonfinite = self._attach(NonFiniteLossPolicy(self, nonfinite_policy))  # reads its flag at log/save
         if ema is not None:
             ema.skipped_steps = self.nonfinite.skipped_steps  # one list: a skipped step is left out of the EMA too
         self.trace = SampleTrace(self.args.output_dir, self.args.process_index) if trace_samples else None

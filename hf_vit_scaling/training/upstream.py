@@ -176,7 +176,7 @@ class UpstreamOverrides(Trainer):
         stage, world = self.model_wrapped.zero_optimization_stage(), self.args.world_size
         universal = needs_universal_checkpoint(folder, world, stage)
         if universal:
-            logger.info(prepare_world_size_change(folder, None, world, self.is_world_process_zero()))
+            logger.info(prepare_world_size_change(folder, world, self.is_world_process_zero()))
         self.model_wrapped._config.load_universal_checkpoint = universal  # the engine is built: set it there
 
     # ------------------------------------------------------------------ resume: what upstream leaves out

@@ -145,9 +145,9 @@ def zero_steps(spec: str, steps: int = 3, lr: float = 0.5) -> dict:
             ds_config["zero_optimization"]["offload_param"] = {"device": "cpu"}
         ds_config["zero_force_ds_cpu_optimizer"] = False  # plain torch SGD, as the reference
     world = dist.get_world_size()
-    from hf_vit_scaling.parallel.sequence_parallel import configure_ds_config
+    from hf_vit_scaling.parallel.sequence_parallel import sequence_parallel_ds_values
 
-    configure_ds_config(ds_config, SP, BATCH, 1, world)
+    ds_config.update(sequence_parallel_ds_values(SP, BATCH, 1, world))
     model = build(config)
     ViTSequenceParallel(SP, sequence_parallel_loss_grad_scale(SP, ds_config)).attach(model)
     engine, *_ = deepspeed.initialize(

@@ -57,3 +57,60 @@ def test_the_card_engine_row_names_the_engine_not_the_config_file():
     zero2 = {"zero_optimization": {"stage": 2}}
     args = SimpleNamespace(deepspeed="ds_configs/zero2.json", hf_deepspeed_config=SimpleNamespace(config=zero2))
     assert engine_of(args).describe() == "DeepSpeed ZeRO-2"
+
+
+def _vit_b16():
+    """ViT-B/16's real parameter list (224 px, 10 classes: 200 tensors, 85.8 M), built on the meta device."""
+    import torch
+
+    from hf_vit_scaling.models.presets import build_model_from_preset, preset_config
+
+    with torch.device("meta"):
+        return build_model_from_preset(preset_config("vit-b-16", [str(i) for i in range(10)], image_size=224))
+
+
+def _flushes(numels_in_backward_order: list[int], bucket: int) -> int:
+    """DeepSpeed's bucket rule (`reduce_independent_p_g_buckets_and_remove_grads`): flush when the next gradient
+    would not fit, and once more in the epilogue for what is left."""
+    flushes, filled = 0, 0
+    for numel in numels_in_backward_order:
+        if filled + numel > bucket:
+            flushes, filled = flushes + 1, 0
+        filled += numel
+    return flushes + (filled > 0)
+
+
+def test_vit_b16_gradient_buckets_flush_at_most_4_times_a_step_where_auto_flushed_147():
+    """transformers' "auto" (hidden^2 = 589,824) flushes 147 times a step on ViT-B/16; the resolved bucket at most
+    4 times on several processes (overlapping the backward) and once on one."""
+    model = _vit_b16()
+    numels = [p.numel() for p in model.parameters()][::-1]  # backward produces the last layers' gradients first
+    assert len(numels) == 200 and _flushes(numels, 768 * 768) == 147
+    for world, most in ((2, 4), (8, 4), (1, 1)):
+        engine = Engine("deepspeed", {"zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}})
+        engine.resolve_for_model(model, world_size=world)
+        bucket = engine.ds_config["zero_optimization"]["reduce_bucket_size"]
+        assert _flushes(numels, bucket) <= most and bucket % 512 == 0
+        assert engine.ds_config["zero_optimization"]["allgather_bucket_size"] == bucket  # absent: resolved too
+        assert "gradient flush" in engine.resolved["zero_optimization.reduce_bucket_size"]["reason"]
+    assert bucket == 85_806_592 < 5e8  # one process: every gradient in one bucket, a sixth of DeepSpeed's 5e8
+
+
+def test_zero3_values_come_from_the_model_and_a_number_the_user_wrote_wins():
+    model = _vit_b16()
+    config = {"zero_optimization": {"stage": 3, "reduce_bucket_size": 12345678, "stage3_prefetch_bucket_size": "auto",
+                                    "stage3_param_persistence_threshold": "auto"}}  # fmt: skip
+    engine = Engine("deepspeed", config)
+    engine.resolve_for_model(model, world_size=2)
+    zero = config["zero_optimization"]
+    assert zero["reduce_bucket_size"] == 12345678 and "zero_optimization.reduce_bucket_size" not in engine.resolved
+    assert zero["stage3_prefetch_bucket_size"] == 30_961_664  # 85,806,346 / 3 + 2,359,296, to a multiple of 512
+    assert zero["stage3_param_persistence_threshold"] == 3072 + 1  # the MLP bias: every matrix partitioned
+    assert zero["leaf_module"] == {"classes": ["transformers.models.vit.modeling_vit.ViTLayer"]}
+    assert config["timers"] == {"throughput": {"enabled": False}}
+    mine = {"zero_optimization": {"stage": 3}, "timers": {"throughput": {"enabled": True}}}
+    Engine("deepspeed", mine).resolve_for_model(model, world_size=1)
+    assert mine["timers"] == {"throughput": {"enabled": True}}  # the user's timers stay
+    plain = Engine("trainer")
+    plain.resolve_for_model(model, world_size=1)
+    assert plain.resolved == {}

@@ -11,7 +11,7 @@ from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.models.presets import build_model_from_preset, load_model_for_finetuning, preset_config
 from hf_vit_scaling.parallel.sequence_parallel import (
     check_sequence_parallel,
-    configure_ds_config,
+    sequence_parallel_ds_values,
     sequence_parallel_loss_grad_scale,
 )
 from tests.helpers.launchers import REPO
@@ -48,9 +48,8 @@ def test_every_zero_stage_is_accepted(stage):
 def test_loss_gradient_scale_and_batch_arithmetic():
     # ZeRO 0-2 sum the SP group's gradients (divide by world / N): each rank carries 1/N. ZeRO-3 divides by the world.
     assert [sequence_parallel_loss_grad_scale(4, ZERO[s]) for s in range(4)] == [0.25, 0.25, 0.25, 1.0]
-    config = {"train_batch_size": "auto"}
-    configure_ds_config(config, 2, per_device_batch=3, accumulation=2, world_size=8)
-    assert config == {"train_batch_size": 3 * 2 * 4, "sequence_parallel_size": 2}
+    values = sequence_parallel_ds_values(2, per_device_batch=3, accumulation=2, world_size=8)
+    assert values == {"train_batch_size": 3 * 2 * 4, "sequence_parallel_size": 2}
 
 
 def test_position_embeddings_interpolated_like_transformers(tmp_path):

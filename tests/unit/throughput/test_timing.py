@@ -170,3 +170,45 @@ def test_a_teacher_forward_is_counted_once_at_the_student_image_size(tmp_path, c
     assert flops["mfu"] == pytest.approx(images_per_s * counted / 1e12)  # one device, peak 1 TFLOP/s
     assert logs["throughput/mfu"] == pytest.approx(round(flops["mfu"], 5))
     assert flops["teacher_flops_fraction"] == pytest.approx(flops["teacher_forward_flops_per_image"] / counted)
+
+
+class _FakeCudaEvent:
+    """torch.cuda.Event on the fake clock: `record` notes the time, `elapsed_time` answers in ms, as CUDA's does."""
+
+    syncs: list = []
+
+    def __init__(self, enable_timing=False):
+        self.at = None
+
+    def record(self, stream=None):
+        self.at = timing.time.perf_counter()
+
+    def synchronize(self):
+        _FakeCudaEvent.syncs.append("event")
+
+    def elapsed_time(self, end) -> float:
+        return (end.at - self.at) * 1000.0
+
+
+def test_on_a_gpu_the_callback_waits_for_the_device_at_most_once_per_logging_window(tmp_path, clock, monkeypatch):
+    """Each host wait for the device stalls the launch queue. Timing by CUDA events read at the logging step: at
+    most one wait per window, and the same figures as the wall clock (fails on timing that synchronizes the device
+    at every step boundary and around every forward: 5 waits a step)."""
+    syncs = _FakeCudaEvent.syncs = []
+    monkeypatch.setattr(torch.cuda, "Event", _FakeCudaEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: syncs.append("device"))
+    drv = _Driver(tmp_path, warmup_steps=2, clock=clock)
+    drv.cb.device_type, drv.cb.marks = "cuda", timing.StepMarks("cuda")  # a CUDA run, on the CPU
+    monkeypatch.setattr(timing, "_memory", lambda *a: {"allocated_peak_bytes": 1, "reserved_peak_bytes": 1,
+                                                       "rss_peak_bytes": 1})  # fmt: skip
+    windows = 0
+    for step in range(1, 13):
+        drv.step(wait_before=0.002)
+        if step % 4 == 0:  # logging_steps 4
+            drv.cb.on_log(drv.args, drv.state, drv.control, logs={"loss": 1.0})
+            windows += 1
+    assert len(syncs) <= windows
+    report = drv.report()
+    assert len(syncs) <= windows + 1  # training's end reads the last steps (none here: 12 = 3 x 4)
+    assert report["step_time_s"]["median"] == pytest.approx(STEP_COMPUTE_S + 0.002)
+    assert report["step_time_s"]["data_wait_mean"] == pytest.approx(0.002)

@@ -6,7 +6,13 @@ from types import SimpleNamespace
 import pytest
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.training.learning_rate import DEFAULT_SCALING_WARMUP, apply_lr_scaling, scaled_learning_rate
+from hf_vit_scaling.parallel.engine import Engine
+from hf_vit_scaling.training.learning_rate import (
+    DEFAULT_SCALING_WARMUP,
+    apply_lr_scaling,
+    deepspeed_lr_values,
+    scaled_learning_rate,
+)
 
 
 def test_lr_scaling_rules():
@@ -51,9 +57,14 @@ def test_sequence_parallel_ranks_share_their_images():
 
 
 def test_deepspeed_optimizer_and_scheduler_get_the_scaled_lr():
-    """Offload configs carry an optimizer block whose "auto" lr TrainingArguments already filled."""
+    """Offload configs carry an optimizer block whose "auto" lr TrainingArguments already filled: the run's engine
+    sets the scaled lr there through `deepspeed_lr_values`, recording why."""
     config = {"optimizer": {"params": {"lr": 1e-4}}, "scheduler": {"params": {"warmup_max_lr": 1e-4}}}
     args = _training_args()
-    apply_lr_scaling(args, "linear", reference_batch=64, ds_config=config)
+    apply_lr_scaling(args, "linear", reference_batch=64)
+    engine = Engine("deepspeed", config)
+    engine.set_values(deepspeed_lr_values(config, args.learning_rate), "--lr_scaling linear")
     assert config["optimizer"]["params"]["lr"] == args.learning_rate == pytest.approx(8e-4)
     assert config["scheduler"]["params"]["warmup_max_lr"] == args.learning_rate
+    assert engine.resolved["optimizer.params.lr"] == {"value": args.learning_rate, "reason": "--lr_scaling linear"}
+    assert deepspeed_lr_values({"zero_optimization": {"stage": 2}}, 1e-3) == {}  # no block of its own: nothing

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import TrainingArguments, ViTForImageClassification
+from transformers import TrainerControl, TrainingArguments, ViTForImageClassification
 
 from hf_vit_scaling.errors import NonFiniteLossError
 from hf_vit_scaling.evaluation.metrics import make_module_compute_metrics
@@ -93,11 +93,46 @@ def test_own_loss_weight_applies_only_without_a_global_item_count(make_trainer):
     torch.testing.assert_close(counted, plain)
 
 
-def test_nonfinite_loss_stop_names_the_step_and_the_newest_checkpoint(make_trainer):
+def _host_reads(monkeypatch) -> list[str]:
+    """Every `.item()` / `.tolist()` / `.cpu()` of a tensor from now on (each a device sync on a GPU)."""
+    reads = []
+    for name in ("item", "tolist", "cpu"):
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(
+            torch.Tensor, name, lambda self, *a, _o=original, _n=name, **k: reads.append(_n) or _o(self, *a, **k)
+        )
+    return reads  # fmt: skip
+
+
+def test_nonfinite_loss_stop_names_the_first_step_when_the_trainer_next_logs(make_trainer):
+    """ "stop" keeps the flag on the device: the step after a NaN trains on, and the run stops at the next point where
+    the Trainer would log, save or evaluate, naming the first non-finite step and the newest checkpoint."""
     trainer = make_trainer()
-    with pytest.raises(NonFiniteLossError, match="non-finite training loss at step 1") as err:
-        trainer.training_step(trainer.model, _batch(pixels=torch.full((4, 3, 8, 8), float("nan"))))
+    trainer.training_step(trainer.model, _batch(pixels=torch.full((4, 3, 8, 8), float("nan"))))
+    trainer.state.global_step = 1
+    trainer.training_step(trainer.model, _batch(pixels=torch.full((4, 3, 8, 8), float("inf"))))
+    trainer.nonfinite.on_step_end(trainer.args, trainer.state, TrainerControl())  # not a logging step: no read
+    with pytest.raises(NonFiniteLossError, match="non-finite training loss at step 1 ") as err:
+        trainer.nonfinite.on_step_end(trainer.args, trainer.state, TrainerControl(should_log=True))
     assert "Newest complete checkpoint: none" in str(err.value) and "--on_nonfinite_loss skip" in str(err.value)
+    trainer.training_step(trainer.model, _batch(pixels=torch.full((4, 3, 8, 8), float("nan"))))
+    with pytest.raises(NonFiniteLossError, match="at step 2 "):  # the end of training reads it too
+        trainer.nonfinite.on_train_end(trainer.args, trainer.state, TrainerControl())
+
+
+def test_nonfinite_loss_stop_reads_the_device_once_per_logging_window(make_trainer, monkeypatch):
+    """No host read of the loss or its flag in a training step: one read when the Trainer logs (fails on a check
+    that reads the flag with `.item()` every micro-step)."""
+    trainer = make_trainer()
+    reads = _host_reads(monkeypatch)
+    for step in range(4):
+        trainer.state.global_step = step
+        trainer.training_step(trainer.model, _batch())
+    assert reads == []
+    trainer.nonfinite.on_step_end(trainer.args, trainer.state, TrainerControl())  # not a logging step
+    assert reads == []
+    trainer.nonfinite.on_step_end(trainer.args, trainer.state, TrainerControl(should_log=True))
+    assert reads == ["tolist"]
 
 
 def test_nonfinite_loss_skip_drops_the_step_gradients(make_trainer, capsys):
