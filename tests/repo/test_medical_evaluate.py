@@ -85,14 +85,16 @@ def test_a_model_without_the_recipes_facts_is_not_called_from_scratch():
 
 @pytest.mark.parametrize("alteration, words", [("missing", "1 missing"), ("unexpected", "1 unexpected"),
                                                ("wrong shape", "1 of another shape")])  # fmt: skip
-def test_a_model_not_matching_its_weights_is_refused_by_the_script(tmp_path, alteration, words):
+def test_a_model_not_matching_its_weights_is_refused_by_the_script(tmp_path, data_dir, alteration, words):
     """The script as a process, on a tiny random-init ViT whose model.safetensors lost a tensor, gained one or holds
-    one of another shape: exit 2, one `error:` line naming --model_dir and the problem, no traceback. Fails if the
-    strict load skips the unexpected or the mismatched keys (the model would be evaluated, or transformers'
-    RuntimeError would end the script in a traceback)."""
+    one of another shape, with a real prepared data set (the one the card tests evaluate on, so only the weights can
+    stop it): exit 2, one `error:` line naming --model_dir and the problem, no traceback, no results. Fails if the
+    strict load lets the missing, unexpected or mismatched keys through (the model is evaluated: exit 0, no error
+    line, medical_results.json written), or if transformers' RuntimeError ends the script in a traceback."""
     folder = saved_model(tmp_path / "model", "vit-tiny-cpu", None)
     alter_saved_weights(folder, alteration)
-    proc = run([sys.executable, EVALUATE, "--model_dir", folder, "--data_dir", tmp_path / "no_data"], timeout=300)
+    proc = run([sys.executable, EVALUATE, "--model_dir", folder, "--data_dir", data_dir, "--positive_label", "sick",
+                "--bootstrap_resamples", "20"], timeout=300)  # fmt: skip
     assert proc.returncode == 2, proc.stderr[-3000:]
     (line,) = error_lines(proc.stderr)
     assert "--model_dir" in line and "does not hold every tensor of its model" in line and words in line, line
