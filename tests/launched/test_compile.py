@@ -2,9 +2,13 @@
 the plain Trainer in 1 process, DDP, ZeRO-2, ZeRO-3 and FSDP2 in 2.
 
 Each test reads what happened from the run's throughput.json, whose `compile` section comes from dynamo's counters
-on every rank (`throughput.compilation`), not from the flag: every rank compiled graphs inside its training steps,
-none after the warm-up steps (a fixed shape), and the compile time fell inside the warm-up the steady-state figures
-leave out. Its 4 losses are finite and match an eager run of the same seed and data (the plain Trainer's in 1
+on every rank (`throughput.compilation`), not from the flag: every rank compiled the engine's number of graphs
+(GRAPHS_PER_RANK) inside its training steps, none after the warm-up steps (a fixed shape), and the compile time fell
+inside the warm-up the steady-state figures leave out. A graph count alone would take an input hook's graph for the
+model's (the device transforms compile as a graph of their own), so the recipe runs through
+tests/launched/workers/compile_probe.py, which records on every rank the frames dynamo compiled: the object the loop
+trains is compiled, and a graph was traced from the model's forward (its code, or a resume of it after a graph break).
+Its 4 losses are finite and match an eager run of the same seed and data (the plain Trainer's in 1
 process; DDP's in 2, which every 2-process engine meets to 1e-5: test_fsdp.py).
 
 The backend is `aot_eager`: dynamo's capture and AOTAutograd's forward/backward graphs, the part that meets each
@@ -25,7 +29,7 @@ import os
 import pytest
 
 from hf_vit_scaling.throughput.schema import load_throughput_report
-from tests.helpers.launchers import DS_CONFIGS, fsdp_args, logged_losses, run_recipe
+from tests.helpers.launchers import DS_CONFIGS, WORKERS, fsdp_args, logged_losses, read_json, run_recipe
 
 STEPS = 4
 RUN_ARGS = ["--max_steps", str(STEPS), "--logging_steps", "1", "--eval_strategy", "no", "--max_eval_samples", "16",
@@ -38,6 +42,9 @@ ENGINES = {  # name: (launcher, processes, engine flags)
     "fsdp2": ("torchrun", 2, fsdp_args("fsdp2")),
 }
 BACKEND = "aot_eager"
+# Graphs dynamo compiles inside the training steps on each rank with aot_eager (torch 2.13), input hooks' graphs
+# included: a change is a change in what is compiled (a graph break more or less), to be read in the probe's frames.
+GRAPHS_PER_RANK = {"plain": 4, "ddp": 4, "zero2": 4, "zero3": 16, "fsdp2": 7}
 LOSS_TOLERANCE = 1e-5  # relative, per step: 100x the drift measured under inductor (module docstring)
 
 
@@ -71,20 +78,30 @@ def eager_losses(tmp_path_factory) -> EagerLosses:
     return EagerLosses(tmp_path_factory)
 
 
-def compiled_run(name, tmp_path, inductor_cache) -> tuple[dict, list[float], int]:
-    """(the run's compile facts from throughput.json, its losses, its process count)."""
+def compiled_run(name, tmp_path, inductor_cache) -> tuple[dict, list[dict], list[float], int]:
+    """(the run's compile facts from throughput.json, each rank's compiled frames from the probe, its losses, its
+    process count). The recipe runs through tests/launched/workers/compile_probe.py, which records per rank, at the
+    end of training, the frames dynamo compiled and whether each was traced from the model's forward."""
     launcher, nproc, flags = ENGINES[name]
+    probe = tmp_path / "compile_probe"
     run_recipe(tmp_path, "--torch_compile_backend", BACKEND, *flags, *RUN_ARGS, launcher=launcher, nproc=nproc,
-               TORCHINDUCTOR_CACHE_DIR=inductor_cache)  # fmt: skip
+               script=WORKERS / "compile_probe.py", TORCHINDUCTOR_CACHE_DIR=inductor_cache,
+               COMPILE_PROBE_DIR=str(probe))  # fmt: skip
     report = load_throughput_report(str(tmp_path / "throughput.json"))
-    return report["compile"], logged_losses(tmp_path), nproc
+    ranks = [read_json(probe / f"rank{rank}.json") for rank in range(nproc)]
+    return report["compile"], ranks, logged_losses(tmp_path), nproc
 
 
 def check_compiled_and_exact(name, tmp_path, inductor_cache, eager_losses) -> None:
-    facts, losses, nproc = compiled_run(name, tmp_path, inductor_cache)
+    facts, ranks, losses, nproc = compiled_run(name, tmp_path, inductor_cache)
     assert facts["requested"] and facts["backend"] == BACKEND
     assert facts["compiled"], ("--torch_compile accepted but nothing compiled", facts)
-    assert len(facts["graphs_per_rank"]) == nproc and all(g >= 1 for g in facts["graphs_per_rank"]), facts
+    for rank, probe in enumerate(ranks):
+        assert probe["loop_model_compiled"], f"rank {rank}: the {probe['loop_model']} the loop trains is not compiled"
+        model_graphs = [f for f in probe["frames"] if f["model_forward"] and f["graph_ops"] > 0]
+        assert model_graphs, (f"rank {rank}: no graph traced from {probe['model']}.forward; compiled frames: "
+                              f"{[(f['function'], f['file'], f['graph_ops']) for f in probe['frames']]}")  # fmt: skip
+    assert facts["graphs_per_rank"] == [GRAPHS_PER_RANK[name]] * nproc, facts
     assert facts["recompiles_after_warmup"] == 0 and facts["compiled_within_warmup"], facts
     assert facts["compile_time_s"] > 0 and facts["warmup_time_s"] >= facts["compile_time_s"] * 0.5, facts
     assert len(losses) == STEPS and all(math.isfinite(loss) for loss in losses), losses
