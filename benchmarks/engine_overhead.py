@@ -1,0 +1,292 @@
+#!/usr/bin/env python
+"""Every engine's per-step overhead over the plain Trainer, timed and counted, on this machine's CPU.
+
+    python benchmarks/engine_overhead.py --rounds 3 --output benchmarks/results/engine_overhead.json
+
+Timed: `recipes/train_vit.py` on the built-in digits with the tiny preset (16 px, a global batch of 32: 32 on one
+process, 16 on each of two), `--steps` steps after `--warmup` dropped; the figure is the throughput report's median
+step time (`step_time_s.median`). Arms: the plain Trainer (DDP on two processes), ZeRO-0/1/2/3, ZeRO-2 and ZeRO-3
+with offload, FSDP2 (two processes only), each with the project's resolved DeepSpeed values (`ds_configs/` as
+shipped), and ZeRO-2/ZeRO-3 "auto" as transformers alone fills them (hidden^2 buckets, 0.9 hidden^2 prefetch,
+10 x hidden persistence, DeepSpeed's throughput timer on, no leaf module: the behaviour before the resolution),
+written out as numbers so the project leaves them. Every arm runs in its own fresh process(es); per round the arms
+run in turn, the order reversed every other round, so a drift of the machine falls on all alike; reported: the
+median over rounds of each arm's step time and of its ratio to the same round's plain Trainer.
+
+Counted (one more run per arm, `--count_steps` steps after the warm-up, counters installed in every process before
+the recipe starts): per step and rank, DeepSpeed's gradient-bucket flushes (`reduce_ipg_grads`, stage 3's
+`__reduce_and_partition_ipg_grads`), `torch.distributed` collectives by name (DDP's C++ reducer is not seen),
+device synchronizations (`torch.cuda.synchronize`, DeepSpeed's accelerator `synchronize`: free on this CPU, so
+counted rather than timed) and host reads of tensors (`.item()`, `.tolist()`, `.cpu()`), and forward hooks run on
+modules. With `--vit_b16`, the same counts for ZeRO-2 and ZeRO-3 (auto and resolved) on ViT-B/16's real parameter
+list (224 px, batch 1, one process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import child_env, report_result  # benchmarks/_common.py (scripts run as benchmarks/<name>.py)
+from torch.distributed.elastic.utils.distributed import get_free_port
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the checkout's package, also when another copy is installed
+
+from hf_vit_scaling.parallel.launch import launch_command  # noqa: E402
+from hf_vit_scaling.throughput.schema import load_throughput_report  # noqa: E402
+
+CONFIGS = {"plain": None, "zero0": "zero0.json", "zero1": "zero1.json", "zero2": "zero2.json", "zero3": "zero3.json",
+           "zero2_offload": "zero2_offload.json", "zero3_offload": "zero3_offload.json", "fsdp2": None,
+           "zero2_auto": "zero2.json", "zero3_auto": "zero3.json"}  # fmt: skip
+TWO_PROCESSES_ONLY = {"fsdp2"}  # FSDP2 on a CPU world needs 2 ranks (parallel/engine.select_fsdp_on_cpu)
+DIGITS = [str(d) for d in range(10)]
+
+
+# --------------------------------------------------------------------------- "auto" as transformers fills it
+
+
+def auto_config(name: str, hidden: int, folder: str) -> str:
+    """`name`'s ds_configs/ file with transformers' own fill of the model-sized keys written as numbers
+    (`HfTrainerDeepSpeedConfig.trainer_config_finalize`: reduce_bucket_size hidden^2; ZeRO-3 prefetch 0.9 hidden^2,
+    persistence 10 hidden), DeepSpeed's defaults elsewhere (allgather 5e8, timer on) and no leaf module: the run as
+    it was before the project resolved them. Numbers in the file win over the resolution."""
+    with open(REPO / "ds_configs" / CONFIGS[name], encoding="utf-8") as f:
+        config = json.load(f)
+    zero = config.setdefault("zero_optimization", {})
+    zero["reduce_bucket_size"] = hidden * hidden
+    if zero.get("stage") in (1, 2):
+        zero["allgather_bucket_size"] = 500_000_000
+    if zero.get("stage") == 3:
+        zero.update(stage3_prefetch_bucket_size=int(0.9 * hidden * hidden),
+                    stage3_param_persistence_threshold=10 * hidden, leaf_module={"classes": []})  # fmt: skip
+    config["timers"] = {"throughput": {"enabled": True, "synchronized": True}}
+    path = os.path.join(folder, f"{name}.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    return path
+
+
+def engine_flags(name: str, hidden: int, folder: str) -> list[str]:
+    if name == "fsdp2":
+        return ["--fsdp", "--fsdp_config", str(REPO / "fsdp_configs" / "fsdp2_sharded.json")]
+    if CONFIGS[name] is None:
+        return ["--ddp_find_unused_parameters", "false"]
+    path = auto_config(name, hidden, folder) if name.endswith("_auto") else str(REPO / "ds_configs" / CONFIGS[name])
+    return ["--ds_config", path]
+
+
+# --------------------------------------------------------------------------- one run
+
+
+def recipe_argv(args, nproc: int, out: str, steps: int, model: tuple[str, int, int]) -> list[str]:
+    preset, image_size, batch = model
+    return [str(REPO / "recipes" / "train_vit.py"), "--output_dir", out, "--model_preset", preset,
+            "--image_size", str(image_size), "--per_device_train_batch_size", str(batch // nproc),
+            "--max_steps", str(steps + args.warmup), "--throughput_warmup_steps", str(args.warmup),
+            "--learning_rate", "1e-3", "--crop_scale_min", "0.5", "--horizontal_flip", "false",
+            "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
+            "--logging_steps", "10", "--seed", "0", "--dataloader_num_workers", "0"]  # fmt: skip
+
+
+def run_arm(args, name: str, nproc: int, count: bool = False, model=None) -> dict:
+    """One run of arm `name` on `nproc` processes: its throughput report's median step time, and with `count` the
+    per-step counts of every rank (`Counters`)."""
+    model = model or (args.model_preset, args.image_size, args.batch_size)
+    hidden = 768 if model[0] == "vit-b-16" else args.hidden
+    with tempfile.TemporaryDirectory() as out:
+        steps = args.count_steps if count else args.steps
+        launcher = launch_command("torchrun" if nproc > 1 else "python", nproc, get_free_port())
+        probe = [__file__, "--probe", out, "--probe_warmup", str(args.warmup), "--"] if count else []
+        cmd = [*launcher, *probe, *recipe_argv(args, nproc, out, steps, model), *engine_flags(name, hidden, out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(max(1, args.threads // nproc)))
+        if proc.returncode != 0:
+            raise RuntimeError(f"{name} on {nproc} process(es) failed:\n{proc.stderr[-3000:]}")
+        report = load_throughput_report(os.path.join(out, "throughput.json"))
+        result = {"step_s": report["step_time_s"]["median"], "resolved": report["setup"]["deepspeed_resolved"]}
+        if count:
+            result["counts_per_step"] = [json.load(open(os.path.join(out, f"counts_rank{r}.json"))) for r in
+                                         range(nproc)]  # fmt: skip
+    return result
+
+
+# --------------------------------------------------------------------------- the counters (--probe)
+
+
+class Counters:
+    """Per-step counts in one process, after the warm-up: installed by patching before the recipe imports run."""
+
+    def __init__(self, warmup: int, out: str):
+        self.warmup, self.out, self.on, self.steps = warmup, out, False, 0
+        self.counts: dict[str, int] = {}
+
+    def add(self, key: str, n: int = 1) -> None:
+        if self.on:
+            self.counts[key] = self.counts.get(key, 0) + n
+
+    def wrap(self, owner, name: str, key: str) -> None:
+        original = getattr(owner, name)
+
+        def counted(*a, **k):
+            self.add(key)
+            return original(*a, **k)
+
+        setattr(owner, name, counted)
+
+    def install(self) -> None:
+        import deepspeed.runtime.zero.stage3 as stage3
+        import deepspeed.runtime.zero.stage_1_and_2 as stage12
+        import torch
+        import torch.distributed as dist
+        import transformers
+        from deepspeed.accelerator import get_accelerator
+
+        self.wrap(stage12.DeepSpeedZeroOptimizer, "reduce_ipg_grads", "bucket_flushes")
+        stage3_flush = "_DeepSpeedZeroOptimizer_Stage3__reduce_and_partition_ipg_grads"  # name-mangled private
+        self.wrap(stage3.DeepSpeedZeroOptimizer_Stage3, stage3_flush, "bucket_flushes")
+        for name in (
+            "all_reduce",
+            "all_gather",
+            "all_gather_into_tensor",
+            "reduce_scatter_tensor",
+            "broadcast",
+            "reduce_scatter",
+            "all_to_all_single",
+            "barrier",
+            "_all_gather_base",
+            "_reduce_scatter_base",
+        ):
+            if hasattr(dist, name):
+                self.wrap(dist, name, f"collective.{name}")
+        self.wrap(torch.cuda, "synchronize", "device_syncs")
+        self.wrap(type(get_accelerator()), "synchronize", "device_syncs")
+        for name in ("item", "tolist", "cpu"):
+            self.wrap(torch.Tensor, name, "host_reads")
+        counters = self
+
+        def count_hooks(module, inputs):
+            counters.add("forward_hooks_run", len(module._forward_pre_hooks) + len(module._forward_hooks))
+
+        torch.nn.modules.module.register_module_forward_pre_hook(count_hooks)
+        original_init = transformers.Trainer.__init__
+
+        def init_with_window(trainer, *a, **k):
+            original_init(trainer, *a, **k)
+            trainer.add_callback(CountingWindow(counters))
+
+        transformers.Trainer.__init__ = init_with_window
+
+    def write(self, rank: int) -> None:
+        per_step = {key: value / max(self.steps, 1) for key, value in sorted(self.counts.items())}
+        with open(os.path.join(self.out, f"counts_rank{rank}.json"), "w", encoding="utf-8") as f:
+            json.dump({"steps": self.steps, **per_step}, f)
+
+
+def CountingWindow(counters: Counters):  # noqa: N802 (a TrainerCallback made where transformers is imported)
+    from transformers import TrainerCallback
+
+    class Window(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            counters.on = state.global_step >= counters.warmup
+
+        def on_step_end(self, args, state, control, **kwargs):
+            counters.steps += counters.on
+
+        def on_train_end(self, args, state, control, **kwargs):
+            counters.on = False
+            counters.write(args.process_index)
+
+    return Window()
+
+
+def probe(args, recipe: list[str]) -> None:
+    """Run the recipe in this process with `Counters` installed (the launcher started this script per rank)."""
+    counters = Counters(args.probe_warmup, args.probe)
+    counters.install()
+    sys.argv = recipe
+    sys.path.insert(0, str(REPO / "recipes"))
+    runpy.run_path(recipe[0], run_name="__main__")
+
+
+# --------------------------------------------------------------------------- rounds and summary
+
+
+def arms(args) -> list[tuple[str, int]]:
+    return [(name, n) for n in args.processes for name in args.engines if n == 2 or name not in TWO_PROCESSES_ONLY]
+
+
+def measure(args) -> dict:
+    """`args.rounds` rounds of every arm (the order reversed every other round), then one counted run per arm."""
+    rounds = []
+    for index in range(args.rounds):
+        order = arms(args) if index % 2 == 0 else arms(args)[::-1]
+        record = {}
+        for name, nproc in order:
+            record[f"{name}@{nproc}"] = run_arm(args, name, nproc)["step_s"]
+            print(f"round {index + 1} {name} x{nproc}: {record[f'{name}@{nproc}'] * 1000:.1f} ms", file=sys.stderr)
+        rounds.append(record)
+    summary = {}
+    for name, nproc in arms(args):
+        key, base = f"{name}@{nproc}", f"plain@{nproc}"
+        summary[key] = {"step_s": statistics.median(r[key] for r in rounds),
+                        "ratio_to_plain": statistics.median(r[key] / r[base] for r in rounds)}  # fmt: skip
+    counts = {}
+    for name, nproc in arms(args) if args.count_steps else []:
+        counted = run_arm(args, name, nproc, count=True)
+        counts[f"{name}@{nproc}"] = {"per_rank": counted["counts_per_step"], "resolved": counted["resolved"]}
+        print(f"counted {name} x{nproc}: {counted['counts_per_step'][0]}", file=sys.stderr)
+    vit_b = {}
+    for name in ("zero2_auto", "zero2", "zero3_auto", "zero3") if args.vit_b16 else ():
+        counted = run_arm(args, name, 1, count=True, model=("vit-b-16", 224, 1))
+        vit_b[name] = {"per_rank": counted["counts_per_step"], "resolved": counted["resolved"]}
+        print(f"ViT-B/16 {name}: {counted['counts_per_step'][0]}", file=sys.stderr)
+    return {"median_over_rounds": summary, "rounds": rounds, "counts": counts, "vit_b16_counts": vit_b}
+
+
+def parse(argv=None) -> tuple[argparse.Namespace, list[str]]:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    recipe = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model_preset", default="vit-tiny-cpu", help="Preset of the timed arms.")
+    parser.add_argument("--hidden", type=int, default=96, help="The preset's hidden size (for the 'auto' arms).")
+    parser.add_argument("--image_size", type=int, default=16, help="Input side in pixels.")
+    parser.add_argument("--batch_size", type=int, default=32, help="Global batch per step (split over processes).")
+    parser.add_argument("--steps", type=int, default=60, help="Timed optimizer steps per arm, after the warm-up.")
+    parser.add_argument("--warmup", type=int, default=10, help="Steps dropped before the timed ones.")
+    parser.add_argument("--count_steps", type=int, default=10, help="Counted steps per arm (0: no counted runs).")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads in all, split over the processes.")
+    parser.add_argument("--rounds", type=int, default=3, help="Rounds; every arm runs once per round.")
+    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2], choices=[1, 2], help="World sizes.")
+    parser.add_argument("--engines", nargs="+", default=list(CONFIGS), choices=list(CONFIGS), help="Arms to run.")
+    parser.add_argument("--vit_b16", action="store_true", help="Also count ZeRO-2/3 on ViT-B/16's tensors.")
+    parser.add_argument("--output", default=None, help="Write the result as JSON here.")
+    parser.add_argument("--probe", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--probe_warmup", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.probe is None and "plain" not in args.engines:
+        parser.error("--engines must include plain: every ratio is to the same round's plain Trainer.")
+    return args, recipe
+
+
+def main(argv=None) -> None:
+    args, recipe = parse(argv)
+    if args.probe:
+        probe(args, recipe)
+        return
+    setup = {"model_preset": args.model_preset, "image_size": args.image_size, "global_batch": args.batch_size,
+             "steps": args.steps, "warmup_dropped": args.warmup, "threads": args.threads, "precision": "fp32",
+             "rounds": args.rounds, "timed": "throughput.json step_time_s.median (rank 0)",
+             "order": "arms in turn, reversed every other round"}  # fmt: skip
+    report_result({"setup": setup, **measure(args)}, args.output)
+
+
+if __name__ == "__main__":
+    main()
