@@ -8,7 +8,8 @@ process, 16 on each of two), `--steps` steps after `--warmup` dropped; the figur
 step time (`step_time_s.median`). Arms: the plain Trainer (DDP on two processes), ZeRO-0/1/2/3, ZeRO-2 and ZeRO-3
 with offload, FSDP2 (two processes only), each with the project's resolved DeepSpeed values (`ds_configs/` as
 shipped), and ZeRO-2/ZeRO-3 "auto" as transformers alone fills them (hidden^2 buckets, 0.9 hidden^2 prefetch,
-10 x hidden persistence, DeepSpeed's throughput timer on, no leaf module: the behaviour before the resolution),
+10 x hidden persistence, DeepSpeed's throughput timer on, no leaf module, overlap_comm and contiguous_gradients
+on: the behaviour before the resolution),
 written out as numbers so the project leaves them. Every arm runs in its own fresh process(es); per round the arms
 run in turn, the order reversed every other round, so a drift of the machine falls on all alike; reported: the
 median over rounds of each arm's step time and of its ratio to the same round's plain Trainer.
@@ -56,12 +57,15 @@ DIGITS = [str(d) for d in range(10)]
 def auto_config(name: str, hidden: int, folder: str) -> str:
     """`name`'s ds_configs/ file with transformers' own fill of the model-sized keys written as numbers
     (`HfTrainerDeepSpeedConfig.trainer_config_finalize`: reduce_bucket_size hidden^2; ZeRO-3 prefetch 0.9 hidden^2,
-    persistence 10 hidden), DeepSpeed's defaults elsewhere (allgather 5e8, timer on) and no leaf module: the run as
-    it was before the project resolved them. Numbers in the file win over the resolution."""
+    persistence 10 hidden), DeepSpeed's defaults elsewhere (allgather 5e8, timer on), no leaf module, and
+    overlap_comm and contiguous_gradients on: the run as it was before the project resolved them. Numbers in the
+    file win over the resolution."""
     with open(REPO / "ds_configs" / CONFIGS[name], encoding="utf-8") as f:
         config = json.load(f)
     zero = config.setdefault("zero_optimization", {})
     zero["reduce_bucket_size"] = hidden * hidden
+    if zero.get("stage") in (2, 3):
+        zero.update(overlap_comm=True, contiguous_gradients=True)  # as ds_configs/ shipped them
     if zero.get("stage") in (1, 2):
         zero["allgather_bucket_size"] = 500_000_000
     if zero.get("stage") == 3:

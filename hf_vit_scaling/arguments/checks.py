@@ -94,6 +94,32 @@ def check_training_values(values: dict) -> None:
     require_in_range(values, TRAINING_RANGES)
 
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile's
+
+
+def check_torch_compile(training_args) -> None:
+    """--torch_compile's backend and mode, which torch only checks when the first step compiles (a ValueError or
+    RuntimeError traceback from every rank after the data and model loaded)."""
+    if not training_args.torch_compile:
+        return
+    import torch._dynamo
+
+    backends = torch._dynamo.list_backends(exclude_tags=())
+    backend = training_args.torch_compile_backend
+    if backend is not None and backend not in backends:
+        usable = ", ".join(b for b in backends if "TESTING" not in b)
+        raise UserInputError(
+            f"--torch_compile_backend {backend!r} is not a torch.compile backend here. Fix: one of {usable} "
+            "(inductor is the default)."
+        )
+    mode = training_args.torch_compile_mode
+    if mode is not None and mode not in COMPILE_MODES:
+        raise UserInputError(
+            f"--torch_compile_mode {mode!r}: torch.compile knows {', '.join(COMPILE_MODES)}. Fix: pick one, or leave "
+            "it out (default)."
+        )
+
+
 def check_output_dir(training_args) -> None:
     """The Trainer makes --output_dir with os.makedirs after the data and model loaded: a file there, or a place no
     folder can be made, crashed it then."""
@@ -231,6 +257,7 @@ def validate_args(args) -> None:
     training = args.training
     check_output_dir(training)
     check_training_numbers(training)
+    check_torch_compile(training)
     check_fsdp(args)
     check_nonfinite_policy(args.reliability, training)
     check_one_stop_handler(training.enable_jit_checkpoint)

@@ -32,7 +32,27 @@ def load_ds_config(path: str, flag: str = "--ds_config") -> dict[str, Any]:
             f"{flag} {path!r}: zero_optimization.stage is {stage!r}; DeepSpeed knows stages 0, 1, 2 and 3. "
             "Fix the stage."
         )
+    check_zero_values(config.get("zero_optimization", {}), path, flag)
     return config
+
+
+def check_zero_values(zero: dict[str, Any], path: str, flag: str) -> None:
+    """The `zero_optimization` section read by DeepSpeed's own model (`DeepSpeedZeroConfig`, pydantic) now, its
+    "auto" values left out (the Trainer and the project fill them): a bad value (a negative bucket size) is one line
+    naming the key, not a traceback from every launched rank once the Trainer builds the engine."""
+    import pydantic
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    written = {key: value for key, value in zero.items() if value != "auto"}
+    try:
+        DeepSpeedZeroConfig(**written)
+    except pydantic.ValidationError as err:
+        first = err.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        raise UserInputError(
+            f"{flag} {path!r}: zero_optimization.{key} = {first.get('input')!r}: {first['msg']}. Fix the value, or "
+            'set it to "auto" (the project sizes buckets from the model).'
+        ) from err
 
 
 def zero_stage(config: dict[str, Any] | None) -> int | None:
@@ -93,13 +113,24 @@ def gradient_bucket_elements(tensor_numels: list[int], world_size: int) -> tuple
     return min(_round_up(bucket, BUCKET_ALIGNMENT), DEEPSPEED_DEFAULT_BUCKET), flushes
 
 
+def bucket_flushes(numels_in_backward_order: list[int], bucket: int) -> int:
+    """Flushes a step under DeepSpeed's bucket rule (`reduce_independent_p_g_buckets_and_remove_grads`): flush when
+    the next gradient would not fit, and once more in the backward's epilogue for what is left."""
+    flushes, filled = 0, 0
+    for numel in numels_in_backward_order:
+        if filled + numel > bucket:
+            flushes, filled = flushes + 1, 0
+        filled += numel
+    return flushes + (filled > 0)
+
+
 def _is_unset(section: dict, key: str) -> bool:
     """A value the user did not write: absent, or "auto" (the Trainer's placeholder). A number always wins."""
     return section.get(key, "auto") == "auto"
 
 
 def model_sized_values(config: dict[str, Any], tensor_numels: list[int], small_tensor_max: int, world_size: int,
-                       layer_class: str | None) -> dict[str, tuple[Any, str]]:  # fmt: skip
+                       layer_class: str | None, on_gpu: bool = True) -> dict[str, tuple[Any, str]]:  # fmt: skip
     """The values of `config` that depend on the model, chosen from its real tensors: {dotted key: (value, reason)}.
     Only keys the user left out or set to "auto" are chosen; a number in the file always wins.
 
@@ -110,6 +141,10 @@ def model_sized_values(config: dict[str, Any], tensor_numels: list[int], small_t
       pays a gather (transformers' 10 x hidden is meant for LMs);
     - ZeRO-3 `leaf_module`: the encoder layer (`layer_class`), gathered whole on entry: one hook and one gather per
       layer instead of one per submodule (18 a ViT layer; DeepSpeed's `set_z3_leaf_modules`);
+    - ZeRO-2/3 `overlap_comm` and `contiguous_gradients` ("auto" in the shipped configs): on where there is
+      something to overlap, several processes on GPUs (the reduction runs on a side stream while the backward goes
+      on); off on one process or on a CPU (no streams: the overlap machinery and the copy of every gradient into the
+      bucket are per-gradient host work that buys nothing there);
     - `timers.throughput`: off. DeepSpeed's throughput timer synchronizes the device at the start of forward and in
       `step()` when the engine got no dataloader (under the Trainer); the throughput report times steps itself.
     `tensor_numels`: every trainable tensor's full element count (ZeRO-3: `ds_numel`); `small_tensor_max`: the
@@ -128,6 +163,14 @@ def model_sized_values(config: dict[str, Any], tensor_numels: list[int], small_t
         for key in keys:
             if _is_unset(zero, key):
                 values[f"zero_optimization.{key}"] = (bucket, why)
+    if stage >= 2:
+        overlap = on_gpu and world_size > 1
+        why = (
+            "overlaps the reduction with the backward" if overlap else "nothing to overlap with (one process or a CPU)"
+        )
+        for key in ("overlap_comm", "contiguous_gradients"):
+            if zero.get(key) == "auto":
+                values[f"zero_optimization.{key}"] = (overlap, why)
     if stage == 3 and _is_unset(zero, "stage3_param_persistence_threshold"):
         values["zero_optimization.stage3_param_persistence_threshold"] = (
             small_tensor_max + 1,

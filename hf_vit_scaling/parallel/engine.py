@@ -42,7 +42,7 @@ class Engine:
         set_values(self.ds_config, values)
         self.resolved.update({key: {"value": value, "reason": reason} for key, value in values.items()})
 
-    def resolve_for_model(self, model, world_size: int) -> None:
+    def resolve_for_model(self, model, world_size: int, on_gpu: bool = True) -> None:
         """The DeepSpeed values that depend on the model, from its trainable tensors
         (`deepspeed_config.model_sized_values`): call once the model is built, before the Trainer."""
         if self.ds_config is None:
@@ -52,7 +52,7 @@ class Engine:
         small = [n for p, n in zip(params, numels) if len(getattr(p, "ds_shape", p.shape)) < 2]
         layer = encoder_layer_class(model)
         for key, (value, reason) in model_sized_values(self.ds_config, numels, max(small, default=0), world_size,
-                                                       layer).items():  # fmt: skip
+                                                       layer, on_gpu).items():  # fmt: skip
             self.set_values({key: value}, reason)
 
     @property

@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from hf_vit_scaling.parallel.deepspeed_config import gradient_bucket_elements
 from hf_vit_scaling.planning.shapes import (
     ALL_ENGINES,
     DEEPSPEED_DEFAULT_REDUCE_BUCKET,
@@ -205,15 +206,22 @@ def zero3_gathered_parameters(shape: VitShape, max_reuse_distance: int = ZERO3_M
 def zero_buckets(engine: str, settings: PlanSettings) -> tuple[int, int]:
     """(elements per gradient bucket, number of buckets) DeepSpeed allocates, read from the engine's ds_config.
 
-    `reduce_bucket_size` "auto" is h² (the Hugging Face integration fills it); a missing key is DeepSpeed's default
-    5e8 elements, which DeepSpeed allocates whole (`torch.empty(reduce_bucket_size)`) however small the model: 2 GB
-    in fp32 (measured: a 2,000 MB allocation in the first backward hook). `overlap_comm` (default: on for stage 3
-    only) doubles the buckets.
+    `reduce_bucket_size` "auto" or missing is what the recipe resolves from the model's tensors
+    (`parallel.deepspeed_config.gradient_bucket_elements`: at most 4 flushes a step on several processes, one bucket
+    for every gradient on one); a number in the file is allocated as written, whole (`torch.empty(reduce_bucket_size)`)
+    however small the model: DeepSpeed's 5e8 is 2 GB in fp32 (measured: a 2,000 MB allocation in the first backward
+    hook). `overlap_comm` (default: on for stage 3 only) doubles the buckets.
     """
     zero = settings.ds_configs.get(engine, {}).get("zero_optimization", {})
-    size = zero.get("reduce_bucket_size", DEEPSPEED_DEFAULT_REDUCE_BUCKET)
-    elements = settings.shape.hidden_size**2 if size == "auto" else int(float(size))
+    size = zero.get("reduce_bucket_size", "auto")
+    if size == "auto":
+        numels = [n for sizes in settings.shape.parameter_sizes().values() for n in sizes]
+        elements = gradient_bucket_elements(numels, settings.world_size)[0]
+    else:
+        elements = int(float(size))
     overlap = zero.get("overlap_comm", engine.startswith("zero3"))
+    if overlap == "auto":  # as the recipe resolves it on GPUs: on with several processes
+        overlap = settings.world_size > 1
     return elements, 2 if overlap else 1
 
 
@@ -291,10 +299,10 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
         else:
             # Gradients leave the device bucket by bucket, through a staging tensor as large as the largest parameter.
             forward[2] = backward_end[2] = bucket + shape.largest_module_parameters * p
-        if elements == DEEPSPEED_DEFAULT_REDUCE_BUCKET:
+        if elements >= DEEPSPEED_DEFAULT_REDUCE_BUCKET:
             notes.append(
-                f"no reduce_bucket_size in its ds_config: DeepSpeed's default bucket of 5e8 elements is allocated "
-                f'whole ({count} x {elements * p / GiB:.2f} GiB); "auto" would make it h² = {shape.hidden_size**2:,}'
+                f"reduce_bucket_size {elements:,} in its ds_config is allocated whole ({count} x "
+                f'{elements * p / GiB:.2f} GiB); "auto" sizes it from the model'
             )
     elif engine in ("zero3", "zero3_offload"):
         elements, count = zero_buckets(engine, settings)

@@ -9,7 +9,7 @@ from hf_vit_scaling.arguments.distillation import check_teacher_folder
 from hf_vit_scaling.arguments.mae import MaeArguments
 from hf_vit_scaling.arguments.parser import DataclassParser
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.models.flops import lookup_hbm_gbps, lookup_peak_tflops
+from hf_vit_scaling.models.flops import HBM_GBPS, lookup_hbm_gbps, lookup_peak_tflops, match_device_key
 from hf_vit_scaling.models.mae import DECODER_FIELDS
 from hf_vit_scaling.models.presets import ALL_PRESETS, MODEL_PRESETS, preset_config
 from hf_vit_scaling.planning.memory import PlanSettings
@@ -44,10 +44,12 @@ class PlanArguments:
     per_device_train_batch_size: int = field(default=64, metadata={"help": "Images per GPU per step."})
     gpus: int = field(default=1, metadata={"help": "GPUs per node (torchrun's --nproc_per_node)."})
     nodes: int = field(default=1, metadata={"help": "Nodes."})
-    gpu_memory: str = field(
-        default="40GB",
+    gpu_memory: str | None = field(
+        default=None,
         metadata={
-            "help": "Memory of one GPU, e.g. 16GB, 40GB, 80GB (binary units, as GPUs are quoted: 40GB = 40 GiB)."
+            "help": "Memory of one GPU, e.g. 16GB, 40GB, 80GB (binary units, as GPUs are quoted: 40GB = 40 GiB). "
+            "Default: the --gpu_name board's memory from the datasheet table (H200 141GB, H100 80GB, the smaller "
+            "board where a name has two: A100 40GB), 40GB for a name the table lacks."
         },
     )
     gpu_name: str = field(
@@ -232,6 +234,18 @@ def parse_memory_size(text: str, flag: str = "--gpu_memory") -> int:
     return int(value)
 
 
+DEFAULT_GPU_MEMORY_GIB = 40  # a GPU name the datasheet table lacks
+
+
+def gpu_memory_bytes(args: PlanArguments) -> int:
+    """--gpu_memory, or the --gpu_name board's memory: the datasheet table's (`models.flops.HBM_GBPS`, keyed by
+    board memory), the smaller board where a name has two (A100: 40 of 40 and 80 GiB)."""
+    if args.gpu_memory:
+        return parse_memory_size(args.gpu_memory)
+    boards = HBM_GBPS.get(match_device_key(args.gpu_name) or "", {DEFAULT_GPU_MEMORY_GIB: None})
+    return min(boards) * GiB
+
+
 def resolve_bandwidth(text: str, table: dict[str, float], flag: str) -> float:
     """A named link from `table` or a number of GB/s."""
     key = str(text).strip().lower()
@@ -266,7 +280,7 @@ def hbm_gbps(args: PlanArguments) -> float | None:
     --achievable_tflops, whose measurement already spent the time that term stands for."""
     if args.achievable_tflops is not None:
         return None
-    return lookup_hbm_gbps(args.gpu_name, parse_memory_size(args.gpu_memory) / GiB)
+    return lookup_hbm_gbps(args.gpu_name, gpu_memory_bytes(args) / GiB)
 
 
 def teacher_from(args: PlanArguments, image_size: int) -> TeacherShape | None:
@@ -305,7 +319,7 @@ def settings_from(args: PlanArguments, ds_configs_dir: str) -> PlanSettings:
         per_device_batch=args.per_device_train_batch_size,
         gpus_per_node=args.gpus,
         nodes=args.nodes,
-        gpu_memory_bytes=parse_memory_size(args.gpu_memory),
+        gpu_memory_bytes=gpu_memory_bytes(args),
         precision=args.precision,
         gradient_checkpointing=args.gradient_checkpointing,
         selective_checkpointing=args.selective_checkpointing,

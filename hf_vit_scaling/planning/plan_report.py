@@ -110,7 +110,8 @@ def format_plan(result: Plan) -> str:
         "step): gradients and activations are not live together, so the columns do not add up to it.",
         "Step time is an estimate: compute (GEMMs at the TFLOP/s above + LayerNorms, activations, residual adds and "
         "bias gradients at the HBM bandwidth) + communication, no overlap (comm s: collectives, host transfers and "
-        "CPU Adam); the bandwidths and TFLOP/s above are inputs.",
+        "CPU Adam) + DeepSpeed's host-side work per step (bucket flushes, ZeRO-3 gathers; per-operation costs fitted "
+        "to one H200 run); the bandwidths and TFLOP/s above are inputs.",
     ]
     notes = [f"  {o.name}: {note}" for o in result.options for note in o.memory.notes]
     if notes:

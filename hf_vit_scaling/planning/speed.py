@@ -17,6 +17,11 @@ Compute and communication are added (no overlap assumed), so the step time is an
 crosses (intra-node: NVLink/PCIe; a ring across nodes: the slower of that and the network; inter-node only, for
 HSDP's replica all-reduce) and the bandwidth assumed for it.
 
+Engine overhead: the host-side work DeepSpeed does per step around the GPU's (`engine_overhead_s`): each gradient
+bucket flush (a flatten, a collective launch, stream waits, a copy back) and, under ZeRO-3, each module gather (its
+hooks, the all-gather launch, the release), counted from the model's tensors and the ds_config's sizes as the recipe
+resolves them, at per-operation costs fitted to the one GPU run (benchmarks/README.md, "Engine overhead").
+
 Notation as in `memory`: Ψ parameters, N ranks, p the bytes of a parameter in the engine's working dtype. The
 bandwidths are inputs (`memory.PlanSettings`); the assumed ones are `shapes.INTERCONNECTS` and `shapes.NETWORKS`.
 """
@@ -27,7 +32,8 @@ import math
 from dataclasses import dataclass, field
 
 from hf_vit_scaling.models.flops import train_flops_per_image
-from hf_vit_scaling.planning.memory import PlanSettings, zero3_gathered_parameters
+from hf_vit_scaling.parallel.deepspeed_config import bucket_flushes
+from hf_vit_scaling.planning.memory import PlanSettings, zero3_gathered_parameters, zero_buckets
 from hf_vit_scaling.planning.shapes import HSDP, MaeShape, VitShape, bytes_per_element
 
 
@@ -224,6 +230,34 @@ def non_gemm_bytes_per_image(shape: VitShape, precision: str, gradient_checkpoin
     return elements * bytes_per_element(precision)
 
 
+# Per-operation host costs, fitted to the one H200 run (benchmarks/results/gpu_check_h200.json, ViT-B/16, batch 128,
+# "auto" sizes): ZeRO-2 took 94.1 ms a step over the plain Trainer with 147 bucket flushes -> 0.64 ms a flush;
+# ZeRO-3 took 210.8 ms over it: 147 flushes (94.1 ms) + 2 gathers a step (forward, backward) of 99 modules with
+# parameters (8 a ViT layer x 12 + embeddings, final norm, head) -> (210.8 - 94.1) / 198 = 0.59 ms a gather.
+FLUSH_S = 0.64e-3
+GATHER_S = 0.59e-3
+ZERO3_MODULES_PER_LAYER = {
+    "leaf": 1,
+    "submodules": 8,
+}  # a leaf ViTLayer is gathered whole; else q, k, v, o, 2 MLP, 2 LN
+
+
+def engine_overhead_s(engine: str, settings: PlanSettings) -> float:
+    """Host-side seconds a step of `engine` spends on bucket flushes and ZeRO-3 gathers (see the module docstring):
+    0 for DDP and FSDP2 (their reductions are C++ hooks), flushes x FLUSH_S for ZeRO-1/2, + gathers x GATHER_S for
+    ZeRO-3. The recipe makes the encoder layer a leaf module unless the ds_config names its own."""
+    if not engine.startswith("zero"):
+        return 0.0
+    numels = [n for sizes in settings.shape.parameter_sizes().values() for n in sizes][::-1]
+    seconds = bucket_flushes(numels, zero_buckets(engine, settings)[0]) * FLUSH_S
+    if engine.startswith("zero3"):
+        zero = settings.ds_configs.get(engine, {}).get("zero_optimization", {})
+        per_layer = ZERO3_MODULES_PER_LAYER["submodules" if "leaf_module" in zero else "leaf"]
+        gathers = 2 * (settings.shape.num_hidden_layers * per_layer + 3)
+        seconds += gathers * GATHER_S
+    return seconds
+
+
 def engine_speed(engine: str, settings: PlanSettings) -> SpeedEstimate:
     """Step-time estimate: compute + collectives + sequence-parallel all-to-alls + host transfers + CPU Adam."""
     shape, sp = settings.shape, settings.sequence_parallel_size
@@ -282,6 +316,7 @@ def engine_speed(engine: str, settings: PlanSettings) -> SpeedEstimate:
         "sequence_parallel": sp_s,
         "host_transfer": host_s,
         "cpu_optimizer": cpu_opt_s,
+        "engine_overhead": engine_overhead_s(engine, settings),
     }
     step_s = sum(seconds.values())
     moved = {

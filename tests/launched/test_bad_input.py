@@ -43,6 +43,18 @@ CASES = {
             '"auto"',
         ],
     ),
+    "negative bucket size": (
+        lambda t: ["--ds_config", str(t / "negative_bucket.json")],
+        ["--ds_config", "zero_optimization.reduce_bucket_size = -5", "greater than 0", '"auto"'],
+    ),
+    "unknown compile backend": (
+        lambda t: ["--torch_compile", "true", "--torch_compile_backend", "nope"],
+        ["--torch_compile_backend 'nope'", "inductor"],
+    ),
+    "unknown compile mode": (
+        lambda t: ["--torch_compile", "true", "--torch_compile_mode", "fastest"],
+        ["--torch_compile_mode 'fastest'", "max-autotune-no-cudagraphs"],
+    ),
     "unknown dataset": (
         lambda t: ["--dataset_name", "no-such-user/no-such-dataset"],
         ["--dataset_name", "no-such-user/no-such-dataset", "Fix"],
@@ -213,6 +225,9 @@ def write_case_files(folder) -> None:
     (folder / "list.yaml").write_text("- learning_rate\n- 1e-3\n")
     (folder / "v1.json").write_text(json.dumps({"version": 1, "transformer_layer_cls_to_wrap": ["ViTLayer"]}))
     (folder / "stage5.json").write_text(json.dumps({"zero_optimization": {"stage": 5}}))
+    (folder / "negative_bucket.json").write_text(
+        json.dumps({"zero_optimization": {"stage": 2, "reduce_bucket_size": -5}})
+    )
     (folder / "conflict.json").write_text(
         json.dumps(
             {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 2}}

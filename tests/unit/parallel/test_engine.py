@@ -2,6 +2,7 @@
 
 from types import SimpleNamespace
 
+from hf_vit_scaling.parallel.deepspeed_config import bucket_flushes
 from hf_vit_scaling.parallel.engine import Engine, engine_of
 
 OFFLOAD_ZERO2 = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
@@ -69,28 +70,17 @@ def _vit_b16():
         return build_model_from_preset(preset_config("vit-b-16", [str(i) for i in range(10)], image_size=224))
 
 
-def _flushes(numels_in_backward_order: list[int], bucket: int) -> int:
-    """DeepSpeed's bucket rule (`reduce_independent_p_g_buckets_and_remove_grads`): flush when the next gradient
-    would not fit, and once more in the epilogue for what is left."""
-    flushes, filled = 0, 0
-    for numel in numels_in_backward_order:
-        if filled + numel > bucket:
-            flushes, filled = flushes + 1, 0
-        filled += numel
-    return flushes + (filled > 0)
-
-
 def test_vit_b16_gradient_buckets_flush_at_most_4_times_a_step_where_auto_flushed_147():
     """transformers' "auto" (hidden^2 = 589,824) flushes 147 times a step on ViT-B/16; the resolved bucket at most
     4 times on several processes (overlapping the backward) and once on one."""
     model = _vit_b16()
     numels = [p.numel() for p in model.parameters()][::-1]  # backward produces the last layers' gradients first
-    assert len(numels) == 200 and _flushes(numels, 768 * 768) == 147
+    assert len(numels) == 200 and bucket_flushes(numels, 768 * 768) == 147
     for world, most in ((2, 4), (8, 4), (1, 1)):
         engine = Engine("deepspeed", {"zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}})
         engine.resolve_for_model(model, world_size=world)
         bucket = engine.ds_config["zero_optimization"]["reduce_bucket_size"]
-        assert _flushes(numels, bucket) <= most and bucket % 512 == 0
+        assert bucket_flushes(numels, bucket) <= most and bucket % 512 == 0
         assert engine.ds_config["zero_optimization"]["allgather_bucket_size"] == bucket  # absent: resolved too
         assert "gradient flush" in engine.resolved["zero_optimization.reduce_bucket_size"]["reason"]
     assert bucket == 85_806_592 < 5e8  # one process: every gradient in one bucket, a sixth of DeepSpeed's 5e8

@@ -84,15 +84,19 @@ def test_largest_batch_is_the_boundary():
     assert largest_batch("ddp", tiny_gpu) == 0
 
 
-def test_project_zero1_config_bucket_is_visible_in_the_plan():
-    """A ds_config without reduce_bucket_size gets DeepSpeed's 5e8-element default bucket, allocated whole."""
-    without = settings(per_device_batch=1, ds_configs={"zero1": {"zero_optimization": {"stage": 1}}})
+def test_a_written_bucket_is_allocated_whole_and_auto_or_missing_is_sized_from_the_model():
+    """A ds_config's written reduce_bucket_size (DeepSpeed's 5e8 default written out) is allocated whole and named
+    in the notes; "auto" and a missing key are what the recipe resolves from the model's tensors (the same bytes)."""
+    written = settings(per_device_batch=1, ds_configs={"zero1": {"zero_optimization": {"stage": 1,
+                                                                                       "reduce_bucket_size": 5e8}}})  # fmt: skip
     auto = settings(
         per_device_batch=1, ds_configs={"zero1": {"zero_optimization": {"stage": 1, "reduce_bucket_size": "auto"}}}
     )
-    gap = engine_memory("zero1", without).peak - engine_memory("zero1", auto).peak
-    assert gap > 0.5 * GiB  # 5e8 x 2 B = 0.93 GiB of bucket instead of h² x 2 B
-    assert any("reduce_bucket_size" in note for note in engine_memory("zero1", without).notes)
+    missing = settings(per_device_batch=1, ds_configs={"zero1": {"zero_optimization": {"stage": 1}}})
+    gap = engine_memory("zero1", written).peak - engine_memory("zero1", auto).peak
+    assert gap > 0.5 * GiB  # 5e8 x 2 B = 0.93 GiB of bucket instead of the model-sized one
+    assert any("reduce_bucket_size 500,000,000" in note for note in engine_memory("zero1", written).notes)
+    assert engine_memory("zero1", missing).peak == engine_memory("zero1", auto).peak
 
 
 # ViT-S/16 at 224 px with 10 classes on 2 ranks in bf16 (the measured configurations): s = 197 tokens, h = 384,
@@ -113,7 +117,10 @@ def test_zero2_bf16_checkpointing_peaks_at_the_optimizer_step_by_hand():
     (8.6% under)."""
     psi, shard = VIT_S.num_parameters, math.ceil(VIT_S.num_parameters / 2)
     static = 2 * psi + (4 + 8) * shard  # bf16 weights (whole) + fp32 master + Adam moments (this rank's half)
-    bucket = H * H * 2 * 2  # "auto" reduce_bucket_size = h² elements, 2 buffers (overlap_comm), 2 B
+    # "auto" reduce_bucket_size on 2 ranks: ceil(Ψ / 3) + the largest tensor (h x I), to a multiple of 512
+    # (parallel/deepspeed_config.gradient_bucket_elements); 2 buffers (overlap_comm), 2 B
+    elements = -(-(-(-VIT_S.num_parameters // 3) + H * MLP) // 512) * 512
+    bucket = elements * 2 * 2
     step = 2 * shard + bucket + 2 * shard + 4 * shard + 8 * PIXELS * 4  # + the step's fp32 input batch
     m = engine_memory("zero2", vit_s_bf16(per_device_batch=8, gradient_checkpointing=True))
     assert m.phases["static"] == static
