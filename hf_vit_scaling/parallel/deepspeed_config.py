@@ -141,7 +141,8 @@ def model_sized_values(config: dict[str, Any], tensor_numels: list[int], small_t
       pays a gather (transformers' 10 x hidden is meant for LMs);
     - ZeRO-3 `leaf_module`: the encoder layer (`layer_class`), gathered whole on entry: one hook and one gather per
       layer instead of one per submodule (18 a ViT layer; DeepSpeed's `set_z3_leaf_modules`);
-    - ZeRO-2/3 `overlap_comm` and `contiguous_gradients` ("auto" in the shipped configs): on where there is
+    - ZeRO-2/3 `overlap_comm` and `contiguous_gradients` (left out of the shipped configs: accelerate refuses
+      "auto" for them in a plain Trainer script that copies a config): on where there is
       something to overlap, several processes on GPUs (the reduction runs on a side stream while the backward goes
       on); off on one process or on a CPU (no streams: the overlap machinery and the copy of every gradient into the
       bucket are per-gradient host work that buys nothing there);
@@ -169,7 +170,7 @@ def model_sized_values(config: dict[str, Any], tensor_numels: list[int], small_t
             "overlaps the reduction with the backward" if overlap else "nothing to overlap with (one process or a CPU)"
         )
         for key in ("overlap_comm", "contiguous_gradients"):
-            if zero.get(key) == "auto":
+            if _is_unset(zero, key):
                 values[f"zero_optimization.{key}"] = (overlap, why)
     if stage == 3 and _is_unset(zero, "stage3_param_persistence_threshold"):
         values["zero_optimization.stage3_param_persistence_threshold"] = (

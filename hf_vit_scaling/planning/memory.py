@@ -210,7 +210,7 @@ def zero_buckets(engine: str, settings: PlanSettings) -> tuple[int, int]:
     (`parallel.deepspeed_config.gradient_bucket_elements`: at most 4 flushes a step on several processes, one bucket
     for every gradient on one); a number in the file is allocated as written, whole (`torch.empty(reduce_bucket_size)`)
     however small the model: DeepSpeed's 5e8 is 2 GB in fp32 (measured: a 2,000 MB allocation in the first backward
-    hook). `overlap_comm` (default: on for stage 3 only) doubles the buckets.
+    hook). `overlap_comm` (on with several GPUs unless the file says otherwise) doubles the buckets.
     """
     zero = settings.ds_configs.get(engine, {}).get("zero_optimization", {})
     size = zero.get("reduce_bucket_size", "auto")
@@ -219,8 +219,8 @@ def zero_buckets(engine: str, settings: PlanSettings) -> tuple[int, int]:
         elements = gradient_bucket_elements(numels, settings.world_size)[0]
     else:
         elements = int(float(size))
-    overlap = zero.get("overlap_comm", engine.startswith("zero3"))
-    if overlap == "auto":  # as the recipe resolves it on GPUs: on with several processes
+    overlap = zero.get("overlap_comm", "auto")
+    if overlap == "auto":  # missing or "auto": as the recipe resolves it on GPUs, on with several processes
         overlap = settings.world_size > 1
     return elements, 2 if overlap else 1
 

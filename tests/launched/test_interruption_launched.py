@@ -67,9 +67,11 @@ def assert_stopped_then_resumed_exactly(reference, out, launcher: str, nproc: in
     for s in range(step + 1, ENGINE_STEPS + 1):
         assert got[s] == pytest.approx(expected[s], rel=1e-5, abs=0), f"step {s}: {got[s]} != {expected[s]}"
     # The reference is DDP on 2 processes. One process averages the same gradients in another order: on an AMD EPYC
-    # its final weights differ from DDP's by up to 4.73e-06 (near-zero weights, where rtol gives nothing), with or
-    # without a stop; a restart instead of a resume fails the steps check above.
-    atol = 1e-6 if nproc == 2 else 1e-5
+    # its final weights differ from DDP's by up to 4.73e-06 with transformers 5.24 / accelerate 1.15, and by 2.82e-05
+    # (vit.layers.0.attention.v_proj.weight) with transformers 5.25 / accelerate 1.16, on the commit before this
+    # tolerance as on this one (near-zero weights, where rtol gives nothing), with or without a stop; a restart
+    # instead of a resume fails the steps check above.
+    atol = 1e-6 if nproc == 2 else 5e-5
     differs = first_difference(checkpoint_weights(reference, reference), checkpoint_weights(out, reference),
                                rtol=1e-4, atol=atol)  # fmt: skip
     assert differs is None, f"final weights differ at {differs}"

@@ -25,7 +25,7 @@ BUDGETS = {
     # pretrain_mae.py on 2026-12-04, with --torch_compile's two modules and the recipes' shared parts).
     "train_vit.py": (96, 12_000),
     "pretrain_mae.py": (96, 12_000),
-    "plan.py": (34, 4_200),
+    "plan.py": (34, 4_400),  # + parallel/deepspeed_config: the recipe's bucket rule, shared, not copied
     "prepare_shards.py": (22, 2_200),
     "scaling_study.py": (18, 1_500),
 }

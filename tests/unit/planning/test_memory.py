@@ -87,8 +87,8 @@ def test_largest_batch_is_the_boundary():
 def test_a_written_bucket_is_allocated_whole_and_auto_or_missing_is_sized_from_the_model():
     """A ds_config's written reduce_bucket_size (DeepSpeed's 5e8 default written out) is allocated whole and named
     in the notes; "auto" and a missing key are what the recipe resolves from the model's tensors (the same bytes)."""
-    written = settings(per_device_batch=1, ds_configs={"zero1": {"zero_optimization": {"stage": 1,
-                                                                                       "reduce_bucket_size": 5e8}}})  # fmt: skip
+    written_config = {"zero1": {"zero_optimization": {"stage": 1, "reduce_bucket_size": 5e8}}}
+    written = settings(per_device_batch=1, ds_configs=written_config)
     auto = settings(
         per_device_batch=1, ds_configs={"zero1": {"zero_optimization": {"stage": 1, "reduce_bucket_size": "auto"}}}
     )
