@@ -64,6 +64,8 @@ TABLES: dict[str, tuple[str, Callable[[dict], str]]] = {
     "variable_size_accuracy": (f"{RESULTS}/variable_size_accuracy.json", renderers.variable_size_accuracy),
     "synthetic_floor": (f"{RESULTS}/synthetic_floor.json", renderers.synthetic_floor),
     "compile_speed": (f"{RESULTS}/compile_speed.json", renderers.compile_speed),
+    "engine_overhead": (f"{RESULTS}/engine_overhead.json", renderers.engine_overhead),
+    "engine_overhead_vit_b16": (f"{RESULTS}/engine_overhead.json", renderers.engine_overhead_vit_b16),
     "hetero_balance": (f"{RESULTS}/hetero_balance.json", renderers.hetero_balance),
     "sequence_parallel_cpu": (f"{RESULTS}/sequence_parallel_cpu.json", renderers.sequence_parallel),
     "sequence_parallel_cpu_run2": (f"{RESULTS}/sequence_parallel_cpu_run2.json", renderers.sequence_parallel),

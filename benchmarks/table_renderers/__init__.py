@@ -6,6 +6,8 @@ recipes (a recipe folder's results); cells holds the table and the cell formats 
 from .benchmark_results import (
     callback_overhead,
     compile_speed,
+    engine_overhead,
+    engine_overhead_vit_b16,
     gpu_check,
     gpu_check_merged,
     gpu_compile,
@@ -47,6 +49,8 @@ __all__ = [
     "SLOW_BECAUSE",
     "callback_overhead",
     "compile_speed",
+    "engine_overhead",
+    "engine_overhead_vit_b16",
     "gpu_check",
     "gpu_check_merged",
     "gpu_compile",

@@ -425,3 +425,53 @@ def gpu_compile(result: dict) -> str:
             for name, e, c, warm, pe, pc in rows
         ],
     )
+
+
+ENGINE_NAMES = {
+    "plain": "plain Trainer",
+    "zero0": "ZeRO-0",
+    "zero1": "ZeRO-1",
+    "zero2": "ZeRO-2",
+    "zero3": "ZeRO-3",
+    "zero2_offload": "ZeRO-2 + offload",
+    "zero3_offload": "ZeRO-3 + offload",
+    "fsdp2": "FSDP2 (sharded)",
+    "zero2_auto": 'ZeRO-2, transformers\' "auto"',
+    "zero3_auto": 'ZeRO-3, transformers\' "auto"',
+}
+COUNTED = {
+    "bucket_flushes": "bucket flushes",
+    "collectives": "collectives",
+    "device_syncs": "device syncs",
+    "host_reads": "host reads",
+    "forward_hooks_run": "forward hooks run",
+}
+
+
+def _per_step(counts: dict) -> dict:
+    """Rank 0's per-step counts, every `collective.*` summed into `collectives`."""
+    collectives = sum(v for k, v in counts.items() if k.startswith("collective."))
+    return {**counts, "collectives": collectives}
+
+
+def engine_overhead(result: dict) -> str:
+    """benchmarks/engine_overhead.py: per engine and world size, the median step time over rounds and its ratio to
+    the same round's plain Trainer (DDP on 2 processes), then rank 0's counts per step of the counted run."""
+    rows = []
+    for key, m in result["median_over_rounds"].items():
+        name, nproc = key.split("@")
+        counts = _per_step(result["counts"].get(key, {"per_rank": [{}]})["per_rank"][0])
+        cells = [f"{counts.get(field, 0):.0f}" if key in result["counts"] else "n/a" for field in COUNTED]
+        plain = "DDP" if nproc == "2" else "plain"
+        ratio = "1 (the reference)" if name == "plain" else f"{m['ratio_to_plain']:.2f}× {plain}"
+        rows.append([ENGINE_NAMES[name], nproc, f"{1000 * m['step_s']:.1f} ms", ratio, *cells])
+    return table(["engine", "processes", "step (median)", "step / plain", *COUNTED.values()], rows)
+
+
+def engine_overhead_vit_b16(result: dict) -> str:
+    """The same counts on ViT-B/16's real parameter list (224 px, batch 1, one process), "auto" against resolved."""
+    rows = []
+    for name, counted in result["vit_b16_counts"].items():
+        counts = _per_step(counted["per_rank"][0])
+        rows.append([ENGINE_NAMES[name], *(f"{counts.get(field, 0):.0f}" for field in COUNTED)])
+    return table(["engine (ViT-B/16, 200 tensors)", *COUNTED.values()], rows)
