@@ -159,8 +159,11 @@ class ThroughputCallback(TrainerCallback):
         the recipe's hooks are attached, so it runs after all of them. Between the two: device-side preprocessing
         and batch augmentation, which have no backward: counted as forward, 3 x forward would exceed the step (a
         negative sync + optimizer estimate). After the second: the model's forward and a simulated slow rank's
-        sleep (whose backward sleeps 2x as long)."""
+        sleep (whose backward sleeps 2x as long). The hooks run eagerly under `torch.compile`
+        (`torch.compiler.disable`): traced, dynamo guarded on the host time in the marks list and compiled the hooks
+        again at every step ('Recompiling function inputs_ready_hook ... self._pending_forwards[0][0] == 14968.33')."""
 
+        @torch.compiler.disable
         def pre_hook(module, args, kwargs):
             if module.training:
                 pixel_values = kwargs.get("pixel_values", args[0] if args else None)
@@ -168,10 +171,12 @@ class ThroughputCallback(TrainerCallback):
                     self._step_images += int(pixel_values.shape[0])
                 self._pending_forwards.append([self.marks.mark(), None, None])
 
+        @torch.compiler.disable
         def inputs_ready_hook(module, args, kwargs):
             if module.training and self._pending_forwards:
                 self._pending_forwards[-1][1] = self.marks.mark()
 
+        @torch.compiler.disable
         def post_hook(module, args, kwargs, output):
             if module.training and self._pending_forwards:
                 self._pending_forwards[-1][2] = self.marks.mark()

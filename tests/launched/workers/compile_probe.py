@@ -57,9 +57,18 @@ def compiled_frames(model) -> list[dict]:
     return frames
 
 
+def graph_breaks() -> dict[str, int]:
+    """Dynamo's graph-break reasons in this process ({reason: times}): a `.item()`, a sync or an untraceable hook
+    inside the compiled region shows up here."""
+    from torch._dynamo.utils import counters
+
+    return {str(reason): int(count) for reason, count in counters["graph_break"].items()}
+
+
 def record(trainer) -> None:
     rank = int(os.environ.get("RANK", "0"))
     facts = {
+        "graph_breaks": graph_breaks(),
         "loop_model": type(trainer.model_wrapped).__name__,
         "loop_model_compiled": is_compiled(trainer.model_wrapped),
         "model": type(trainer.model).__name__,
