@@ -76,6 +76,7 @@ test-unit: install
 
 # The tables of measured figures in the pages, rewritten from their results files (benchmarks/tables.py).
 docs-figures: install
+	$(VENV)/bin/python benchmarks/figures.py --write
 	$(VENV)/bin/python benchmarks/tables.py
 
 style: install

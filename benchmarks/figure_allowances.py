@@ -82,9 +82,6 @@ ALLOWED: dict[str, dict[str, str]] = {
     "docs/heterogeneous_clusters.md": {
         "2×": "the slowdown --simulate_slow_ranks 1:2.0 sets: a setting, not a measurement",
     },
-    "docs/recipe.md": {
-        "8%": "the default crop scale (as torchvision/timm): a setting, not a measurement",
-    },
     "docs/prepare.md": {
         "25 MB": "arithmetic: 128 rows x 196,608 bytes",
         "196 MB": "arithmetic: 1,000 rows x 196,608 bytes",
@@ -104,6 +101,10 @@ ALLOWED: dict[str, dict[str, str]] = {
         "−2.2 points": "arithmetic on the table's own means (each row's mean against the reference's)",
         "−0.7 points": "arithmetic on the table's own means (each row's mean against the reference's)",
         "−2.4 points": "arithmetic on the table's own means (each row's mean against the reference's)",
+        "0.983": "arithmetic: the mean of the two bound seeds on its row",
+        "0.961": "arithmetic: the mean of the two bound seeds on its row",
+        "0.976": "arithmetic: the mean of the two bound seeds on its row",
+        "0.959": "arithmetic: the mean of the two bound seeds on its row",
     },
     "recipes/cifar_finetune/README.md": {
         "5-100%": "a setting: the crop's area range (0.05, 1), as vit_jax",
@@ -111,6 +112,7 @@ ALLOWED: dict[str, dict[str, str]] = {
     },
     "recipes/cifar100_study/README.md": {
         "16 GB": "the study's GPUs (T4): a description of the hardware, not a measurement",
+        "0.9995": "a setting: the EMA decay",
     },
     "recipes/imagenet_deit/README.md": {
         "100 GB": "the dataset's download size, a description of the data, not a measurement",
@@ -118,14 +120,45 @@ ALLOWED: dict[str, dict[str, str]] = {
     "recipes/mae/README.md": {
         "2.65 points": "arithmetic: 0.8774 (results_5k.json) minus 0.8509 (fashion_mnist/results_5k_s42.json), both "
         "named on the line",
+        "0.867": "the recipe's target: a setting, not a measurement",
     },
     "recipes/fashion_mnist/README.md": {
         "5%": "a setting: the warmup fraction",
         "35%": "a setting: the crop's smallest area in config_deit_5k.yaml",
         "8%": "a setting: DeiT's smallest crop area on ImageNet",
+        "0.999": "a setting: the EMA decay",
+        "0.99996": "a setting: DeiT's EMA decay",
     },
     "recipes/medical_brain_mri/README.md": {
         "20%": "a setting: the size of a random hold-out",
         "95%": "a setting: the confidence level of the bootstrap intervals",
     },
+}
+
+# Pages not yet bound: their figures that nothing else passes are still passed by the paragraph rule
+# (benchmarks/figure_legacy.py). A page leaves the list once each figure is bound, generated, labelled in its own
+# sentence or allowed; the check reports a listed page that no longer needs it.
+PENDING: set[str] = {
+    "README.md",
+    "benchmarks/README.md",
+    "docs/distillation.md",
+    "docs/fast_input.md",
+    "docs/gpu.md",
+    "docs/heterogeneous_clusters.md",
+    "docs/mae.md",
+    "docs/planner.md",
+    "docs/prepare.md",
+    "docs/recipe.md",
+    "docs/regularization.md",
+    "docs/reliability.md",
+    "docs/streaming.md",
+    "docs/studies.md",
+    "docs/studies/README.md",
+    "docs/throughput.md",
+    "recipes/cifar100_study/README.md",
+    "recipes/cifar_finetune/README.md",
+    "recipes/fashion_mnist/README.md",
+    "recipes/mae/README.md",
+    "recipes/medical_brain_mri/README.md",
+    "slurm/README.md",
 }

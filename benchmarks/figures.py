@@ -1,44 +1,53 @@
 #!/usr/bin/env python
-"""Every measured-looking number in the repository's markdown pages has a provenance the check can see.
+"""Every measured-looking number in the repository's markdown pages is tied to where it comes from.
 
 A figure is a number with a unit of time (`s`, `ms`, `us`, `µs`, `min`, `minutes`, `h`, `hours`, `seconds`), a ratio
-(`1.7x`, `1.7×`), a percentage, a rate (`img/s`, `images/s`), a size (`KB`, `MB`, `MiB`, `GB`, `GiB`), `points`, or
-a `0.xx` value on a line that speaks of accuracy, AUROC, F1 or loss. Each figure must be one of:
+(`1.7x`, `1.7×`), a percentage, a rate (`img/s`, `images/s`), a size (`KB`, `MB`, `MiB`, `GB`, `GiB`), `points`; a
+`0.xx` score (3+ decimals anywhere outside code, 2 decimals next to a score word: accuracy, AUROC, F1, loss, top-1,
+reached, scored); or a bare number right after "top-1" or "accuracy". Each figure must be one of:
 
-- generated: inside a `<!-- table: ... -->` block (benchmarks/tables.py rewrites it from its results file);
-- sourced: the number itself occurs in a results file named on its line or in its paragraph (`*.json`/`*.csv` under
-  benchmarks/results/ or beside the page, or a study folder `docs/studies/<name>/`; a page inside a study folder
-  names its own folder). The page may round: 1.72 matches 1.7241960, 148 matches 148.3; a percentage may be the
-  file's fraction (6.6% for 0.0662), ms or µs its seconds (6.1 µs for 6.149e-06). A named file that does not
-  hold the number does not pass it, and a name that is no file (`throughput.json`) names nothing;
-- labelled: its line, its paragraph or one of its headings carries a label word of `EXTERNAL` (a cited source) or
-  `EARLIER` (an earlier measurement no results file holds);
-- allowed: listed for its page in benchmarks/figure_allowances.py with a reason. An entry that no longer matches
-  a figure is itself reported, so the list only holds what is still on the page.
+- generated: inside a `<!-- table: name -->` block of a table benchmarks/tables.py knows (it rewrites the block from
+  its results file), or in a study's report.md that recipes/scaling_study.py writes whole beside its results.csv;
+- bound: followed directly by `<!-- field: <file>#<key path> -->` (invisible on GitHub), optionally with ` unit=<u>`
+  before `-->`. The key path is dot-separated JSON keys, integers indexing lists (`arms.3.ratio`); for a CSV
+  `<file>.csv#<column>=<value>/<column>` (the row whose column holds the value; several `col=value` joined by `&`).
+  The field's unit is `unit=` or its name's suffix (FIELD_UNITS); the check converts it to the page's unit
+  (s/ms/µs/min/h; fraction/%/points; x; sizes), rounds to the page's decimals and fails on any difference.
+  `python benchmarks/figures.py --write` (`make docs-figures`) rewrites each bound figure from its field;
+- labelled: its own sentence (a table row with its table's header row; a heading; a list item's sentence) says
+  it is an earlier measurement with the commit (a word of EARLIER or "commit", and a 7-40 hex hash), or an external
+  reference with its source (a URL, an arXiv id or an "et al." citation). A label in the paragraph or a heading
+  passes nothing else;
+- allowed: listed for its page in benchmarks/figure_allowances.py with a reason (not a measurement: a setting, a
+  target, arithmetic). An entry that no longer matches a figure is itself reported;
+- pending: on a page listed in figure_allowances.PENDING (not yet bound), passed by the paragraph rule of
+  benchmarks/figure_legacy.py. A pending page whose figures all pass otherwise is itself reported.
 
 `python benchmarks/tables.py --check` runs this check with the tables' (tests/repo/test_figures.py runs both);
-`python benchmarks/figures.py` prints how many figures of each class each page holds.
+`python benchmarks/figures.py` prints how many figures of each class each page holds and the problems.
 """
 
+import csv
+import json
 import re
 import subprocess
 import sys
 from collections import Counter
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from functools import cache
 from pathlib import Path
 
-from figure_allowances import ALLOWED  # benchmarks/figure_allowances.py (scripts run as benchmarks/<name>.py)
+import figure_legacy  # benchmarks/figure_legacy.py: the paragraph rule, for the pages still pending
+from figure_allowances import ALLOWED, PENDING  # benchmarks/figure_allowances.py (scripts run as <name>.py)
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
 
-# The label words, matched case-insensitively as whole words (a trailing "s" allowed) on a figure's line, in its
-# paragraph or in its headings. A cited source outside this repository:
-EXTERNAL = ("arXiv", "paper", "et al.", "for reference", "reference figure", "datasheet", "http://", "https://")
-# A measurement this project made once and kept in no results file:
-EARLIER = ("earlier measurement", "earlier run", "earlier count", "measured once", "no results file")
+# A measurement this project made once and kept in no results file: one of these words (or "commit") with the
+# commit's hash in the figure's own sentence.
+EARLIER = ("earlier measurement", "earlier run", "earlier count", "measured once", "no results file", "commit")
+# A cited source outside this repository: in the figure's own sentence.
+EXTERNAL = ("a URL", "an arXiv id", "et al.")
 
 NUMBER = r"\d[\d,]*(?:\.\d+)?"
 UNIT = (r"(?:\s?(?:ms|us|µs|μs|s|sec|seconds?|min|minutes?|h|hours?|img/s|images/s|KB|KiB|MB|MiB|GB|GiB|TB|points?)"
@@ -46,19 +55,40 @@ UNIT = (r"(?:\s?(?:ms|us|µs|μs|s|sec|seconds?|min|minutes?|h|hours?|img/s|imag
 # A figure: a number or a range of numbers ("113-152 s") with its unit, not part of a longer token (v1.2, 3e-5).
 UNIT_FIGURE = re.compile(rf"(?<![\w.\-−+/])[-−+]?{NUMBER}(?:\s?(?:-|–|to)\s?[-−+]?{NUMBER})?{UNIT}")
 SCORE = re.compile(r"(?<![\w.\-/])0\.\d{2,}(?![\d\w])")
-SCORE_WORDS = re.compile(r"accurac|\bacc\b|auroc|\bauc\b|\bf1\b|loss|top-?1", re.I)
-NUMBERS = re.compile(r"\d[\d,]*(?:\.\d+)?")
-# Unsigned (the page's −2.1% is the file's -0.021), with its exponent (6.149e-06 is one number, not 6.149 and 06).
-# An exponent only on a token of its own (a commit's "3e4f" or "5e999999" is no number in scientific notation).
-FILE_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?[eE][-+]?\d{1,3}(?![\w.])|\d+(?:\.\d+)?")
-# A page's ms or µs may be a file's seconds: 6.1 µs is 6.149e-06 s times 1e6.
-SCALES = {"%": (1, 100), "ms": (1, 1_000), "us": (1, 1_000_000), "µs": (1, 1_000_000), "μs": (1, 1_000_000)}
-# A results file or a study folder named in a page: a path ending in .json/.csv, or docs/studies/<name>/...
-NAMED_FILE = re.compile(r"[\w./-]*[\w-]+\.(?:json|csv)\b")
-NAMED_STUDY = re.compile(r"(?:docs/)?studies/[\w/.-]*\w")
-GENERATED_BLOCK = re.compile(r"<!-- table: [\w-]+ -->\n.*?<!-- /table -->", re.S)
-LABEL = re.compile("|".join(rf"(?<!\w){re.escape(word)}s?(?!\w)" if word[-1].isalpha() else re.escape(word)
-                            for word in EXTERNAL + EARLIER), re.I)  # fmt: skip
+LONG_SCORE = re.compile(r"(?<![\w.\-/])0\.\d{3,}(?![\d\w])")
+SCORE_WORDS = re.compile(r"accurac|\bacc\b|auroc|\bauc\b|\bf1\b|loss|top-?1|reached|scored", re.I)
+# "top-1 97.3", "accuracy 0.85", "Top-1: 81.8": a bare number after the word is a score.
+AFTER_SCORE_WORD = re.compile(r"(?:top-?1|accuracy)(?:\s+(?:of|is|was|at))?[\s:=]+(?P<n>\d+(?:\.\d+)?)(?![\d\w.,%])",
+                              re.I)  # fmt: skip
+CODE_SPAN = re.compile(r"`[^`\n]*`")
+MARKER = re.compile(r"<!-- field: (?P<file>[^#\s]+)#(?P<key>[^\s]+?)(?: unit=(?P<unit>[^\s]+))? -->")
+GENERATED_BLOCK = re.compile(r"<!-- table: (?P<name>[\w-]+) -->\n.*?<!-- /table -->", re.S)
+HASH = re.compile(r"(?<![\w/])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}(?![\w/])")
+SOURCE = re.compile(r"https?://|arxiv[: ]\s?\d{4}\.\d{4,5}|\bet al\.", re.I)
+EARLIER_WORDS = re.compile("|".join(rf"(?<!\w){re.escape(word)}s?(?!\w)" for word in EARLIER), re.I)
+# The end of a sentence: a stop, then a capital or an opening mark (not after "e.g.", "et al.", "vs.", a decimal).
+SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\bal)(?<!\bvs)(?<!\bcf)[.!?;](?=\s+[A-Z(\[*`_\"'])")
+
+# A page's unit -> (family, scale to the family's base).
+PAGE_UNITS = {
+    "s": ("time", 1), "sec": ("time", 1), "second": ("time", 1), "seconds": ("time", 1),
+    "ms": ("time", 1e-3), "us": ("time", 1e-6), "µs": ("time", 1e-6), "μs": ("time", 1e-6),
+    "min": ("time", 60), "minute": ("time", 60), "minutes": ("time", 60),
+    "h": ("time", 3600), "hour": ("time", 3600), "hours": ("time", 3600),
+    "%": ("fraction", 0.01), "point": ("fraction", 0.01), "points": ("fraction", 0.01), "fraction": ("fraction", 1),
+    "x": ("ratio", 1), "×": ("ratio", 1),
+    "img/s": ("rate", 1), "images/s": ("rate", 1),
+    "B": ("size", 1), "KB": ("size", 1e3), "MB": ("size", 1e6), "GB": ("size", 1e9), "TB": ("size", 1e12),
+    "KiB": ("size", 2**10), "MiB": ("size", 2**20), "GiB": ("size", 2**30),
+}  # fmt: skip
+# A field name's ending -> its unit (first match wins: images_per_s is a rate, not seconds).
+FIELD_UNITS = (
+    (("_per_s", "per_second", "per_sec", "images_s"), "img/s"),
+    (("_seconds", "_s", "_sec"), "s"), (("_ms",), "ms"), (("_us",), "µs"), (("_min", "_minutes"), "min"),
+    (("_h", "_hours"), "h"), (("_pct", "percent"), "%"), (("fraction", "_frac"), "fraction"),
+    (("ratio", "_x", "speedup"), "x"), (("_bytes",), "B"), (("_mib",), "MiB"), (("_gib",), "GiB"),
+    (("_mb",), "MB"), (("_gb",), "GB"),
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -66,7 +96,10 @@ class Figure:
     page: str  # relative to the repository
     line: int  # 1-based
     text: str  # as on the page: "148.7 s", "1.72x", "0.8473"
-    kind: str = ""  # generated | sourced | labelled | allowed | "" (none: a problem)
+    kind: str = ""  # generated | bound | labelled | allowed | "" (none: a problem)
+    column: int = 0  # 0-based, in the line
+    marker: re.Match | None = None  # the field marker right after it
+    problem: str = ""  # why a bound figure fails (its field missing or different)
 
 
 def markdown_pages() -> list[str]:
@@ -75,122 +108,207 @@ def markdown_pages() -> list[str]:
     return sorted(out.split())
 
 
+@cache
+def known_tables() -> frozenset[str]:
+    import tables  # benchmarks/tables.py, which imports this module: read at the first call, not at import
+
+    return frozenset(tables.TABLES)
+
+
 def generated_lines(text: str) -> set[int]:
-    """The 0-based line numbers inside generated blocks (markers included)."""
+    """The 0-based line numbers inside generated blocks of known tables (markers included)."""
     lines = set()
     for match in GENERATED_BLOCK.finditer(text):
-        first = text.count("\n", 0, match.start())
-        lines.update(range(first, first + match.group(0).count("\n") + 1))
+        if match.group("name") in known_tables():
+            first = text.count("\n", 0, match.start())
+            lines.update(range(first, first + match.group(0).count("\n") + 1))
     return lines
 
 
-def paragraphs(lines: list[str]) -> list[tuple[int, int]]:
-    """Per line, the (start, end) line span of its paragraph: the run of non-blank lines it is in."""
-    spans, start = [], 0
-    for i, line in enumerate(lines):
-        if not line.strip():
-            start = i + 1
-        spans.append((start, i + 1))
-    for i in range(len(lines) - 2, -1, -1):  # each span runs to its paragraph's last line
-        if lines[i].strip() and lines[i + 1].strip():
-            spans[i] = spans[i + 1]
-    return spans
+def unknown_tables(page: str, text: str) -> list[str]:
+    return [f"{page}:{text.count(chr(10), 0, m.start()) + 1}: table {m.group('name')!r} is no table benchmarks/"
+            f"tables.py knows, so nothing generates or checks it. Fix: one of {', '.join(sorted(known_tables()))}"
+            for m in GENERATED_BLOCK.finditer(text) if m.group("name") not in known_tables()]  # fmt: skip
 
 
-def context_span(i: int, lines: list[str], spans: list[tuple[int, int]]) -> tuple[int, int]:
-    """The lines that speak for line `i`: its paragraph, and for a table also the paragraph just before it (its
-    caption) and just after it (its `Source:` line)."""
-    start, end = spans[i]
-    if not lines[i].startswith("|"):
-        return start, end
-    before = spans[start - 2][0] if start >= 2 and lines[start - 2].strip() else start
-    follows = end + 1 < len(lines) and lines[end + 1].strip() and not lines[end + 1].startswith("#")
-    after = spans[end + 1][1] if follows else end
-    return before, after
+def is_study_report(page: str) -> bool:
+    """A study's report.md, written whole with its results.csv by recipes/scaling_study.py."""
+    path = REPO / page
+    return page.startswith("docs/studies/") and path.name == "report.md" and (path.parent / "results.csv").is_file()
 
 
-def heading_chains(lines: list[str]) -> list[str]:
-    """Per line, the text of the headings it sits under (outside fenced code), joined."""
-    chains, stack, fenced = [], [], False
-    for line in lines:
-        if line.startswith("```"):
-            fenced = not fenced
-        if not fenced and re.match(r"#{1,6} ", line):
-            level = len(line) - len(line.lstrip("#"))
-            stack = [(lvl, text) for lvl, text in stack if lvl < level] + [(level, line)]
-        chains.append(" ".join(text for _, text in stack))
-    return chains
+def blank(text: str, pattern: re.Pattern) -> str:
+    """`text` with each match of `pattern` replaced by as many spaces (columns kept)."""
+    return pattern.sub(lambda m: " " * len(m.group(0)), text)
 
 
-def table_headers(lines: list[str]) -> list[str]:
-    """Per line, the header row of the table it is in ("" outside tables): a score column's cells need no word."""
-    headers, header = [], ""
-    for line in lines:
-        if not line.startswith("|"):
-            header = ""
-        elif not header:
-            header = line
-        headers.append(header)
-    return headers
-
-
-def figures_on(line: str, context: str) -> list[str]:
-    """The figures in `line`: numbers with a unit, and 0.xx scores where `context` (the line and its table's header)
-    speaks of accuracy, AUROC, F1 or loss."""
+def figures_on(line: str, context: str, code: bool = False) -> list[tuple[int, str]]:
+    """The figures in `line` as (column, text): numbers with a unit, 0.xx scores (2+ decimals where `context`, the
+    line and its table's header, has a score word; 3+ anywhere in prose), bare numbers after top-1 or accuracy in
+    prose. In a fenced block (`code`), or a code span, only the first two."""
+    line = blank(line, MARKER)
     found = [(m.start(), m.group(0)) for m in UNIT_FIGURE.finditer(line)]
+    prose = line if code else blank(line, CODE_SPAN)
     if SCORE_WORDS.search(context):
-        taken = [range(start, start + len(text)) for start, text in found]
-        found += [(m.start(), m.group(0)) for m in SCORE.finditer(line) if not any(m.start() in r for r in taken)]
-    return [text for _, text in sorted(found)]
+        found += [(m.start(), m.group(0)) for m in SCORE.finditer(line)]
+    if not code:
+        found += [(m.start(), m.group(0)) for m in LONG_SCORE.finditer(prose)]
+        found += [(m.start("n"), m.group("n")) for m in AFTER_SCORE_WORD.finditer(prose)]
+    taken: list[range] = []
+    result = []
+    for start, text in sorted(found, key=lambda f: (f[0], -len(f[1]))):
+        if not any(start in r for r in taken):
+            taken.append(range(start, start + len(text)))
+            result.append((start, text))
+    return result
 
 
-def named_files(text: str, page: str) -> list[Path]:
-    """The existing results files and study-folder files `text` (on `page`) names; a page in a study folder (one
-    holding results.csv) names its own folder's files."""
-    found = []
-    here = (REPO / page).parent
-    for name in NAMED_FILE.findall(text):
-        candidates = [here / name, REPO / name, RESULTS / Path(name).name]
-        found += [c for c in candidates if c.is_file()][:1]
-    for name in NAMED_STUDY.findall(text):
-        for base in (REPO / "docs", here, REPO):
-            folder = base / name if (base / name).is_dir() else (base / name).parent
-            if (folder / "results.csv").is_file() or folder.parent.name == "studies":
-                found += [p for p in folder.rglob("*") if p.suffix in {".csv", ".json", ".md"}]
-                break
-    if (here / "results.csv").is_file():
-        found += [p for p in here.iterdir() if p.suffix in {".csv", ".json"}]
-    return found
+def sentences(lines: list[str]) -> tuple[list[list[tuple[int, int, int]]], list[str]]:
+    """Per line, the sentences on it as (start column, end column, sentence id), and each sentence's text by id.
+    A table row is one sentence with its table's header row; a heading is one; a paragraph or a list item splits
+    at its stops."""
+    per_line: list[list[tuple[int, int, int]]] = [[] for _ in lines]
+    texts: list[str] = []
+    header = ""
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("|"):
+            header = header or line
+            per_line[i].append((0, len(line), len(texts)))
+            texts.append(line + "\n" + header)
+            i += 1
+            continue
+        header = ""
+        if not line.strip() or line.startswith("#") or line.startswith("```"):
+            per_line[i].append((0, len(line), len(texts)))
+            texts.append(line)
+            i += 1
+            continue
+        # a run of prose lines up to a blank line, a table, a heading or the next list item
+        j = i + 1
+        while j < len(lines) and lines[j].strip() and not re.match(r"\s*(?:[-*+] |\d+\. |#|\||```)", lines[j]):
+            j += 1
+        joined = "\n".join(lines[i:j])
+        starts = [0] + [m.end() for m in SENTENCE_END.finditer(joined)] + [len(joined) + 1]
+        offsets = [sum(len(each) + 1 for each in lines[i:k]) for k in range(i, j + 1)]
+        for a, b in zip(starts, starts[1:], strict=False):
+            sid = len(texts)
+            texts.append(joined[a:b])
+            for k in range(i, j):
+                lo, hi = max(a, offsets[k - i]), min(b, offsets[k - i] + len(lines[k]) + 1)
+                if lo < hi:
+                    per_line[k].append((lo - offsets[k - i], hi - offsets[k - i], sid))
+        i = j
+    return per_line, texts
+
+
+def sentence_of(column: int, spans: list[tuple[int, int, int]], texts: list[str]) -> str:
+    return next((texts[sid] for lo, hi, sid in spans if lo <= column < hi), texts[spans[-1][2]] if spans else "")
+
+
+def labelled(sentence: str) -> bool:
+    """Whether a sentence cites its source (URL, arXiv id, et al.) or names the commit of an earlier measurement."""
+    return bool(SOURCE.search(sentence) or (HASH.search(sentence) and EARLIER_WORDS.search(sentence)))
+
+
+def field_unit(key: str, unit: str | None) -> str | None:
+    if unit:
+        return unit
+    names = [key.rpartition("/")[2]] if "=" in key else key.split(".")  # a CSV's column; a JSON path's keys
+    for name in reversed([name.lower() for name in names]):  # the nearest with a unit: median_step_ms.with is ms
+        unit = next((u for endings, u in FIELD_UNITS if name.endswith(endings)), None)
+        if unit:
+            return unit
+    return None
 
 
 @cache
-def file_numbers(path: Path) -> frozenset[str]:
-    """Every number in the file as plain decimals (the file's 6.149e-06 as 0.000006149)."""
-    text = path.read_text(encoding="utf-8", errors="replace")
-    return frozenset(format(Decimal(number), "f") for number in FILE_NUMBER.findall(text))
+def load(path: str):
+    file = REPO / path
+    if path.endswith(".csv"):
+        with open(file, newline="", encoding="utf-8") as f:
+            return list(csv.DictReader(f))
+    return json.loads(file.read_text(encoding="utf-8"))
 
 
-def rounds_to(value: str, number: str, scale: int = 1) -> bool:
-    """Whether `value` (from a file) times `scale` is `number` (from a page) or the page's rounding of it; a value
-    must be written at least as precisely as the page (the file's 1.7 does not give the page's 1.70)."""
-    decimals = len(number.partition(".")[2])
-    if scale == 1 and value == number:
-        return True
-    shown = len(value.partition(".")[2]) - len(str(scale)) + 1  # the value's decimals once scaled
-    return shown > decimals and f"{float(value) * scale:.{decimals}f}" == number
+def lookup(data, keys: list[str]):
+    """The value at `keys` (dot-split; a key that itself holds dots is matched whole, the longest first)."""
+    if not keys:
+        return data
+    for n in range(len(keys), 0, -1):
+        key = ".".join(keys[:n])
+        if isinstance(data, dict) and key in data:
+            return lookup(data[key], keys[n:])
+        if isinstance(data, list) and n == 1 and re.fullmatch(r"-?\d+", key) and -len(data) <= int(key) < len(data):
+            return lookup(data[int(key)], keys[1:])
+    raise KeyError("no such key")
 
 
-def holds(path: Path, number: str, scales: tuple[int, ...] = (1,)) -> bool:
-    """Whether `number` (as on a page: "1.72", "1,091") occurs in the file, exactly or as the page's rounding of a
-    longer value (1.72 for 1.7241960; 148 for 148.3), or of a value times one of `scales` (6.6% for 0.0662)."""
-    number = number.replace(",", "")
-    return any(rounds_to(value, number, scale) for value in file_numbers(path) for scale in scales)
+def field_value(file: str, key: str) -> float:
+    """The number a marker names; KeyError/ValueError/OSError with why it is not there."""
+    if not (REPO / file).is_file():
+        raise OSError(f"{file} does not exist")
+    data = load(file)
+    if file.endswith(".csv"):
+        where, _, column = key.rpartition("/")
+        conditions = [c.partition("=") for c in where.split("&")] if where else []
+        rows = [r for r in data if all(r.get(c) == v for c, _, v in conditions)]
+        if len(rows) != 1:
+            raise KeyError(f"{where or 'no condition'} selects {len(rows)} rows, not 1")
+        if column not in rows[0]:
+            raise KeyError(f"no column {column}")
+        value = rows[0][column]
+    else:
+        value = lookup(data, key.split("."))
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"holds {json.dumps(value)[:40]}, not a number") from None
 
 
-def sourced(figure: str, files: list[Path]) -> bool:
-    """Whether every number of `figure` occurs in one of `files` (none named: not sourced)."""
-    scales = next((scales for unit, scales in SCALES.items() if figure.endswith(unit)), (1,))
-    return bool(files) and all(any(holds(path, n, scales) for path in files) for n in NUMBERS.findall(figure))
+FIGURE_PARTS = re.compile(r"^(?P<sign>[-−+]?)(?P<number>\d[\d,]*(?:\.\d+)?)(?P<unit>.*)$", re.S)
+
+
+def expected_number(figure: str, value: float, funit: str | None) -> str:
+    """The figure's number as `value` (in `funit`) gives it in the page's unit and decimals; ValueError if the units
+    do not convert."""
+    parts = FIGURE_PARTS.match(figure)
+    if not parts or re.search(r"\d\s?(?:-|–|to)\s?[-−+]?\d", figure):
+        raise ValueError("a bound figure is one number (bind each end of a range)")
+    unit = parts.group("unit").strip()
+    page = PAGE_UNITS.get(unit)
+    field = PAGE_UNITS.get(funit) if funit else None
+    if funit and not field:
+        raise ValueError(f"unit={funit} is no unit the check knows ({', '.join(PAGE_UNITS)})")
+    if page and page[0] == "time" and not field:
+        raise ValueError("the field's name gives no unit and the page's figure is a time. Fix: add unit=<u>")
+    if page and field:
+        if page[0] != field[0]:
+            raise ValueError(f"the field is in {funit}, the page in {unit}")
+        value = value * field[1] / page[1]
+    decimals = len(parts.group("number").partition(".")[2])
+    shown = Decimal(repr(abs(value))).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP)
+    text = f"{shown:,.{decimals}f}" if "," in parts.group("number") or shown >= 10_000 else f"{shown:.{decimals}f}"
+    if value < 0 and shown != 0:
+        text = ("-" if parts.group("sign") == "-" else "−") + text
+    elif parts.group("sign") == "+":
+        text = "+" + text
+    return text
+
+
+def check_bound(figure: str, marker: re.Match) -> tuple[str, str]:
+    """(the figure as its field gives it, "" or why the field cannot give it)."""
+    file, key = marker.group("file"), marker.group("key")
+    try:
+        value = field_value(file, key)
+        shown = expected_number(figure, value, field_unit(key, marker.group("unit")))
+    except (OSError, KeyError, ValueError) as error:
+        return figure, f"{file}#{key}: {str(error).strip(chr(39))}"
+    parts = FIGURE_PARTS.match(figure)
+    return shown + parts.group("unit"), ""
 
 
 def allowances() -> dict[tuple[str, str], str]:
@@ -202,39 +320,69 @@ def classify_page(page: str, text: str, allowed: dict[tuple[str, str], str] | No
     """Every figure of `page` (its text `text`) with the class that passes it ("" where none does)."""
     allowed = allowances() if allowed is None else allowed
     lines = text.splitlines()
-    generated, spans = generated_lines(text), paragraphs(lines)
-    chains, headers = heading_chains(lines), table_headers(lines)
-    result = []
+    generated = generated_lines(text)
+    per_line, texts = sentences(lines)
+    headers, header = [], ""
+    for line in lines:
+        header = (header or line) if line.startswith("|") else ""
+        headers.append(header)
+    report = is_study_report(page)
+    result, fenced = [], False
     for i, line in enumerate(lines):
-        for figure in figures_on(line, line + headers[i]):
-            paragraph = "\n".join(lines[slice(*context_span(i, lines, spans))])
-            if i in generated:
+        fenced = fenced != line.startswith("```")
+        for column, figure in figures_on(line, line + headers[i], code=fenced or line.startswith("```")):
+            marker = MARKER.match(line, column + len(figure) + (line[column + len(figure) : column + len(figure) + 1]
+                                                                == " "))  # fmt: skip
+            problem = ""
+            if marker:
+                kind = "bound"
+                shown, problem = check_bound(figure, marker)
+                if not problem and shown != figure:
+                    problem = f"{marker.group('file')}#{marker.group('key')} gives {shown}"
+            elif i in generated or report:
                 kind = "generated"
-            elif sourced(figure, named_files(paragraph, page)):
-                kind = "sourced"
-            elif LABEL.search(paragraph) or LABEL.search(chains[i]):
+            elif labelled(sentence_of(column, per_line[i], texts)):
                 kind = "labelled"
             elif (page, figure) in allowed:
                 kind = "allowed"
+            elif page in PENDING and figure_legacy.passes(page, text, i, figure):
+                kind = "pending"
             else:
                 kind = ""
-            result.append(Figure(page, i + 1, figure, kind))
+            result.append(Figure(page, i + 1, figure, kind, column, marker, problem))
     return result
 
 
 def problems(pages: dict[str, str] | None = None) -> list[str]:
-    """One line per figure that nothing passes (page, line, figure) and per allowance that matches no figure."""
+    """One line per figure that nothing passes or whose field differs (page, line, figure, file and field), per
+    marker naming no field, per unknown table name, and per allowance that matches no figure."""
     pages = pages or {page: (REPO / page).read_text(encoding="utf-8") for page in markdown_pages()}
     found, used = [], set()
     for page, text in pages.items():
-        for figure in classify_page(page, text):
+        found += unknown_tables(page, text)
+        classified = classify_page(page, text)
+        if page in PENDING and not any(figure.kind == "pending" for figure in classified):
+            found.append(f"{page}: pending, but every figure on it passes without the paragraph rule. Fix: remove it "
+                         "from PENDING in benchmarks/figure_allowances.py")  # fmt: skip
+        for figure in classified:
             if figure.kind == "allowed":
                 used.add((page, figure.text))
+            elif figure.problem:
+                found.append(f"{page}:{figure.line}: the figure '{figure.text}' is bound to {figure.problem}. "
+                             "Fix: python benchmarks/figures.py --write, or bind it to its field")  # fmt: skip
             elif not figure.kind:
-                found.append(f"{page}:{figure.line}: the figure '{figure.text}' has no source. Fix: generate it "
-                             "(benchmarks/tables.py), name the results file that holds it on its line, label it "
-                             f"({', '.join(EXTERNAL + EARLIER)}), or allow it in "
-                             "benchmarks/figure_allowances.py with a reason")  # fmt: skip
+                found.append(f"{page}:{figure.line}: the figure '{figure.text}' has no source. Fix: bind it "
+                             "(<!-- field: <file>#<key> --> right after it), generate it (benchmarks/tables.py), "
+                             "say in its own sentence the commit of the earlier measurement or the external source "
+                             "(URL, arXiv id, et al.), or allow it in benchmarks/figure_allowances.py with a "
+                             "reason")  # fmt: skip
+        lines = text.splitlines()
+        bound = {(f.line, f.marker.start()) for f in classified if f.marker}
+        for i, line in enumerate(lines):
+            for marker in MARKER.finditer(line):
+                if (i + 1, marker.start()) not in bound:
+                    found.append(f"{page}:{i + 1}: the marker for {marker.group('file')}#{marker.group('key')} "
+                                 "follows no figure. Fix: put it right after the figure it binds")  # fmt: skip
     for page, figure in sorted(set(allowances()) - used):
         if page in pages:
             found.append(f"{page}: the allowance for '{figure}' matches no figure left on the page. Fix: remove it "
@@ -242,18 +390,52 @@ def problems(pages: dict[str, str] | None = None) -> list[str]:
     return found
 
 
-def main() -> int:
-    counts: dict[str, Counter] = {}
-    for page in markdown_pages():
-        figures = classify_page(page, (REPO / page).read_text(encoding="utf-8"))
-        counts[page] = Counter(figure.kind or "none" for figure in figures)
-    kinds = ("generated", "sourced", "labelled", "allowed", "none")
-    print("| page | " + " | ".join(kinds) + " |")
+def rewritten(page: str, text: str) -> str:
+    """`text` with every bound figure rewritten from its field (the page's unit and decimals kept)."""
+    lines = text.splitlines(keepends=True)
+    for figure in sorted(classify_page(page, text), key=lambda f: -f.column):
+        if figure.marker:
+            shown, problem = check_bound(figure.text, figure.marker)
+            if not problem:
+                line = lines[figure.line - 1]
+                lines[figure.line - 1] = line[: figure.column] + shown + line[figure.column + len(figure.text) :]
+    return "".join(lines)
+
+
+KINDS = ("generated", "bound", "labelled", "allowed", "pending", "none")
+
+
+@cache
+def page_counts(page: str, text: str) -> Counter:
+    return Counter(figure.kind or "none" for figure in classify_page(page, text))
+
+
+def census() -> dict[str, Counter]:
+    """Per page holding figures, how many of each class (`KINDS`)."""
+    counts = {page: page_counts(page, (REPO / page).read_text(encoding="utf-8")) for page in markdown_pages()}
+    return {page: count for page, count in counts.items() if count}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--write"]:
+        for page in markdown_pages():
+            path = REPO / page
+            text = path.read_text(encoding="utf-8")
+            new = rewritten(page, text)
+            if new != text:
+                path.write_text(new, encoding="utf-8")
+                print(f"rewrote {page}")
+        return 0
+    if argv:
+        print("usage: python benchmarks/figures.py [--write]", file=sys.stderr)
+        return 2
+    counts = census()
+    print("| page | " + " | ".join(KINDS) + " |")
     for page, count in counts.items():
-        if count:
-            print(f"| {page} | " + " | ".join(str(count[kind]) for kind in kinds) + " |")
+        print(f"| {page} | " + " | ".join(str(count[kind]) for kind in KINDS) + " |")
     total = sum(counts.values(), Counter())
-    print("| all | " + " | ".join(str(total[kind]) for kind in kinds) + " |")
+    print("| all | " + " | ".join(str(total[kind]) for kind in KINDS) + " |")
     found = problems()
     for problem in found:
         print(problem, file=sys.stderr)

@@ -12,8 +12,8 @@ A generated table sits between two markers in a markdown page, the first naming 
 Each table's renderer (benchmarks/table_renderers/) reads one results file (written by a benchmark script with its
 provenance: command, commit, CPU, versions, date); `render` ends the table with a `Source:` line naming that file, so
 the page says where its numbers are.
-A figure typed into a page instead must name the results file that holds it, or be labelled or allowed:
-benchmarks/figures.py, which `--check` runs too.
+A figure typed into a page instead must be bound to the field that holds it, or be labelled in its own sentence or
+allowed: benchmarks/figures.py, which `--check` runs too (`figures.py --write` rewrites the bound figures).
 """
 
 import argparse
@@ -31,7 +31,13 @@ REPO = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 
 
+# The figure census is computed from the pages by benchmarks/figures.py, not read from a results file.
+CENSUS = "benchmarks/figures.py"
+
+
 def read(path: str) -> dict:
+    if path == CENSUS:
+        return {"kinds": figures.KINDS, "pages": figures.census()}
     with open(REPO / path, encoding="utf-8") as f:
         return json.load(f)
 
@@ -87,6 +93,7 @@ TABLES: dict[str, tuple[str, Callable[[dict], str]]] = {
     "fashion_5k_s42": ("recipes/fashion_mnist/results_5k_s42.json", renderers.recipe_top1),
     "fashion_5k_s43": ("recipes/fashion_mnist/results_5k_s43.json", renderers.recipe_top1),
     "mae_5k": ("recipes/mae/results_5k.json", renderers.mae_two_steps),
+    "figure_counts": (CENSUS, renderers.figure_counts),
 }
 
 
@@ -120,13 +127,16 @@ def stale_tables(text: str, page: Path) -> list[str]:
 
 
 def problems() -> list[str]:
-    """Every generated table that differs from its results file, and every typed figure of a page that is neither
-    generated, sourced, labelled nor allowed (benchmarks/figures.py)."""
-    found = []
+    """Every generated table that differs from its results file, every block naming a table this file does not
+    have, and every typed figure of a page that is neither generated, bound to its field, labelled nor allowed
+    (benchmarks/figures.py)."""
+    found, tracked = [], set(figures.markdown_pages())
     for page in pages():
         text, where = page.read_text(encoding="utf-8"), page.relative_to(REPO)
         found += [f"{where}: table {name} differs from {TABLES[name][0]}. Fix: python benchmarks/tables.py"
                   for name in stale_tables(text, page)]  # fmt: skip
+        if str(where) not in tracked:  # figures.problems() names those of the pages git tracks
+            found += figures.unknown_tables(str(where), text)
     return found + figures.problems()
 
 
@@ -139,12 +149,13 @@ def main() -> int:
         for item in found:
             print(f"error: {item}", file=sys.stderr)
         return 1 if found else 0
-    for page in pages():
-        text = page.read_text(encoding="utf-8")
-        new = regenerated(text, page)
-        if new != text:
-            page.write_text(new, encoding="utf-8")
-            print(f"rewrote {page.relative_to(REPO)}")
+    for _ in range(2):  # twice: the figure census counts the pages the first pass may have rewritten
+        for page in pages():
+            text = page.read_text(encoding="utf-8")
+            new = regenerated(text, page)
+            if new != text:
+                page.write_text(new, encoding="utf-8")
+                print(f"rewrote {page.relative_to(REPO)}")
     return 0
 
 

@@ -23,6 +23,7 @@ from .benchmark_results import (
     variable_size_accuracy,
 )
 from .cells import sig, strong, table
+from .census import figure_counts
 from .commands import (
     SLOW_BECAUSE,
     make_test,
@@ -51,6 +52,7 @@ __all__ = [
     "compile_speed",
     "engine_overhead",
     "engine_overhead_vit_b16",
+    "figure_counts",
     "gpu_check",
     "gpu_check_merged",
     "gpu_compile",
