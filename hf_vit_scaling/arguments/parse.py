@@ -170,8 +170,10 @@ def _read_args_file(path: str, flag: str | None = None) -> dict:
 
 
 def _resolve_ds_config(values: dict) -> None:
-    """Fold `ds_config` into `deepspeed` (TrainingArguments' field), checking the file first. `ds_config` itself
-    keeps the user's value (EngineArguments.ds_config)."""
+    """Read and check the DeepSpeed file once and hand TrainingArguments the dict (its `deepspeed` field takes a
+    path or a dict): transformers builds its DeepSpeed config (accelerate's copy of the dict, which `engine_of` takes
+    as `Engine.ds_config` and the project resolves in place) without opening the file again. `ds_config` keeps the path
+    (EngineArguments.ds_config, whichever of --ds_config / --deepspeed named it) for the card and the reports."""
     ds_config, deepspeed = values.get("ds_config"), values.get("deepspeed")
     if ds_config and deepspeed and os.path.abspath(ds_config) != os.path.abspath(str(deepspeed)):
         raise UserInputError(
@@ -182,8 +184,8 @@ def _resolve_ds_config(values: dict) -> None:
         flag = "ds_config" if ds_config else "deepspeed"
         if os.path.isdir(path):  # (load_ds_config names a missing file)
             require_file(flag, path, "pass one of the files in ds_configs/ (e.g. ds_configs/zero2.json).")
-        load_ds_config(path, flag=f"--{flag}")
-        values["deepspeed"] = path
+        values["deepspeed"] = load_ds_config(path, flag=f"--{flag}")
+        values["ds_config"] = path
         ensure_single_process_env()
 
 
@@ -256,7 +258,8 @@ def parse_args(argv: list[str] | None = None, mae: bool = False) -> RecipeArgume
     `mae`: recipes/pretrain_mae.py's flags too (`MaeArguments`), and its refusals (`check_mae_run`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = RecipeArguments(*_parse(argv, (MaeArguments,) if mae else ()))
-    args.run_engine = engine_of(args.training)  # the one read of the engine: every later reader uses this object
+    # The one read of the engine: every later reader uses this object.
+    args.run_engine = engine_of(args.training, args.engine.ds_config)
     keep_hub_token_out_of_arguments(args.training)
     if mae:
         check_mae_run(args)

@@ -101,11 +101,12 @@ def encoder_layer_class(model) -> str | None:
     return f"{block.__module__}.{block.__qualname__}"
 
 
-def engine_of(training_args) -> Engine:
+def engine_of(training_args, ds_config_path: str | None = None) -> Engine:
     """The engine TrainingArguments select, read once (parse_args already checked and loaded any DeepSpeed/FSDP
-    config): the DeepSpeed dict the Trainer will use, not a copy."""
+    config): the DeepSpeed dict the Trainer will use, not a copy. `ds_config_path`: the file it was read from
+    (parse_args hands TrainingArguments the dict)."""
     if training_args.deepspeed:
-        path = training_args.deepspeed if isinstance(training_args.deepspeed, str) else None
+        path = training_args.deepspeed if isinstance(training_args.deepspeed, str) else ds_config_path
         hf_config = training_args.hf_deepspeed_config
         mismatches = tuple(m.strip("- ").strip() for m in getattr(hf_config, "mismatches", []))
         return Engine("deepspeed", hf_config.config, path, ds_config_mismatches=mismatches)
@@ -126,9 +127,10 @@ def start_engine(engine: Engine, training_args) -> None:
 def select_fsdp_on_cpu(fsdp_plugin_args: dict, mixed_precision: str) -> None:
     """Make accelerate run FSDP2 on a CPU (gloo) world, as it does on GPUs.
 
-    accelerate 1.15 turns FSDP on only for accelerator worlds: `AcceleratorState.__init__` checks the FSDP plugin
-    inside `elif distributed_type in [MULTI_GPU, MULTI_XPU, ...]`, which leaves out MULTI_CPU, so on a CPU the Trainer
-    trains plain DDP while `--fsdp` is set (measured: `DistributedDataParallel` wraps the model). torch's FSDP2
+    accelerate turns FSDP on only for accelerator worlds (the version read: docs/recipe.md, "torch.compile"):
+    `AcceleratorState.__init__` checks the FSDP plugin inside `elif distributed_type in [MULTI_GPU, MULTI_XPU, ...]`,
+    which leaves out MULTI_CPU, so on a CPU the Trainer trains plain DDP while `--fsdp` is set (measured:
+    `DistributedDataParallel` wraps the model). torch's FSDP2
     (`fully_shard`) itself runs on CPU over gloo. So we do what that branch does, once, before the Trainer: build the
     shared state with the plugin (the mixed precision the Trainer will ask for) and mark it FSDP, in AcceleratorState
     and in PartialState as accelerate does at the end of `AcceleratorState.__init__`. The Trainer's Accelerator then

@@ -29,11 +29,12 @@ from hf_vit_scaling.arguments.parse import parse_args
 results = {}
 for path in sys.argv[1:]:
     try:
-        training = parse_args([path]).training
+        args = parse_args([path])
+        training = args.training
     except Exception as err:
         results[path] = {"error": f"{err.__class__.__name__}: {err}"}
         continue
-    results[path] = {"deepspeed": training.deepspeed, "learning_rate": training.learning_rate,
+    results[path] = {"ds_config": args.run_engine.ds_config_path, "learning_rate": training.learning_rate,
                      "per_device_train_batch_size": training.per_device_train_batch_size}
 print(json.dumps(results))
 """
@@ -69,7 +70,7 @@ def test_readme_configs_parse_through_the_recipes_parse_args(tmp_path):
     for config, path in zip(configs, paths):
         result, values = results[path], yaml.safe_load((REPO / config).read_text(encoding="utf-8"))
         assert "error" not in result, f"{config}: {result.get('error')}"
-        assert result["deepspeed"] == values.get("ds_config"), config
+        assert result["ds_config"] == values.get("ds_config"), config
         assert result["learning_rate"] == values["learning_rate"], config
         assert result["per_device_train_batch_size"] == values["per_device_train_batch_size"], config
 

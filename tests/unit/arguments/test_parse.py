@@ -7,6 +7,7 @@ import pytest
 
 from hf_vit_scaling.arguments.parse import FLOAT_FLAGS, parse_args
 from hf_vit_scaling.errors import UserInputError
+from tests.helpers.launchers import REPO
 
 
 def test_defaults_parse_and_cpu_is_chosen_without_accelerator(tmp_path):
@@ -157,9 +158,28 @@ def test_ds_config_lands_in_its_field_and_the_engine_is_resolved_once(tmp_path, 
     path = "ds_configs/zero2.json"
     flag = [spelling + path] if spelling.endswith("=") else [spelling, path]
     args = parse_args(["--output_dir", str(tmp_path), *flag])
-    assert args.engine.ds_config == path == args.training.deepspeed
+    assert args.engine.ds_config == path == args.run_engine.ds_config_path
+    assert args.training.deepspeed == json.loads((REPO / path).read_text(encoding="utf-8"))
     assert args.run_engine.kind == "deepspeed" and args.run_engine.zero_stage == 2
     assert args.run_engine.ds_config is args.training.hf_deepspeed_config.config
+
+
+def test_the_ds_config_file_is_read_once(tmp_path, monkeypatch):
+    """The project checks the file and hands TrainingArguments the dict it read: transformers does not open the file
+    a second time. Fails when TrainingArguments.deepspeed gets the path (2 reads: the check's and transformers')."""
+    path = tmp_path / "zero2.json"
+    path.write_text((REPO / "ds_configs" / "zero2.json").read_text(encoding="utf-8"), encoding="utf-8")
+    reads, real_open = [], open
+
+    def counting_open(file, *args, **kwargs):
+        if str(file) == str(path):
+            reads.append(file)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    args = parse_args(["--output_dir", str(tmp_path / "out"), "--ds_config", str(path)])
+    assert len(reads) == 1 and args.run_engine.zero_stage == 2
+    assert args.run_engine.ds_config_path == str(path)
 
 
 def test_ds_config_from_a_file_and_the_flags_after_it(tmp_path):
