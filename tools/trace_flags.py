@@ -11,15 +11,16 @@ CPU, every traced flag given a value: `RUN` below) with two recorders on:
   arguments is the value read (the same object, `is`: the float parsed from the command line, the DeepSpeed dict)
   or an object of a type derived from it (the `InputPath` `--input_path` resolves to).
 
-Only what ran is recorded: a module that would read the value on another path (streaming, several processes) is
-not in the walk. A walk lists the package modules in the order they first read the value; a module read again after
-another one read it counts as a return (`returns`).
+A dataclass's generated `__init__` is no package function (its code is compiled from a string): a value stored in
+one is followed by naming that field (`Optimization.layer_decay`). Only what ran is recorded: a module that would
+read the value on another path (streaming, several processes) is not in the walk. A walk lists the package modules
+in the order they read the value; a module that reads it again after another one did counts as a return.
 
     python tools/trace_flags.py            # rewrite the walks block in docs/layout.md
     python tools/trace_flags.py --check    # compare only; exit 1 naming each flag whose walk differs
     python tools/trace_flags.py --show input_path    # every recorded read of one flag, with its function
 
-tests/repo/test_flag_walks.py runs `--check`.
+tests/launched/test_flag_walks.py runs `--check`.
 """
 
 import argparse
@@ -57,10 +58,12 @@ FLAGS = {
                             "transformers:TrainingArguments.deepspeed",
                             "hf_vit_scaling.parallel.engine:Engine.ds_config")),
     "--mixup_alpha": Carrier(("hf_vit_scaling.arguments.regularization:RegularizationArguments.mixup_alpha",)),
-    "--stop_signals": Carrier(("hf_vit_scaling.arguments.reliability:ReliabilityArguments.stop_signals",),
+    "--stop_signals": Carrier(("hf_vit_scaling.arguments.reliability:ReliabilityArguments.stop_signals",
+                               "hf_vit_scaling.arguments.reliability:ReliabilityArguments.signals"),
                               ("hf_vit_scaling.training.interruption:StopOnSignal",)),
     "--learning_rate": Carrier(("transformers:TrainingArguments.learning_rate",)),
-    "--layer_decay": Carrier(("hf_vit_scaling.arguments.regularization:RegularizationArguments.layer_decay",)),
+    "--layer_decay": Carrier(("hf_vit_scaling.arguments.regularization:RegularizationArguments.layer_decay",
+                              "hf_vit_scaling.optim.build:Optimization.layer_decay")),
     "--torch_compile": Carrier(("transformers:TrainingArguments.torch_compile",)),
 }  # fmt: skip
 

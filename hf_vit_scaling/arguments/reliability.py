@@ -58,4 +58,5 @@ class ReliabilityArguments:
     )
 
     def __post_init__(self):
-        parse_stop_signals(self.stop_signals)  # an unknown name: an error naming --stop_signals
+        # Parsed once, here (an unknown name: an error naming --stop_signals); the Trainer takes the signals.
+        self.signals = parse_stop_signals(self.stop_signals)

@@ -43,8 +43,8 @@ def trainer_arguments(args, world, inputs) -> dict:
         sequence_parallel=world.sequence_parallel,
         nonfinite_policy=reliability.on_nonfinite_loss,
         trace_samples=reliability.trace_samples,
-        stop_signals=reliability.stop_signals,
-        layer_decay=args.regularization.layer_decay,
+        stop_signals=reliability.signals,
+        optimization=world.optimization,
         ema=inputs.ema,
         throughput=throughput_settings(args, world, inputs),
     )

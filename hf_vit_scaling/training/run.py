@@ -13,7 +13,7 @@
 """
 
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from hf_vit_scaling.data.input_pipeline import attach_input_path
 from hf_vit_scaling.data.streaming.load import split_size
@@ -25,6 +25,8 @@ from hf_vit_scaling.losses.class_weighting import class_weighting_loss
 from hf_vit_scaling.losses.distillation import DistillationLoss
 from hf_vit_scaling.models.flops import as_pair
 from hf_vit_scaling.models.presets import count_parameters
+from hf_vit_scaling.optim.build import Optimization
+from hf_vit_scaling.optim.lr_scaling import deepspeed_lr_values
 from hf_vit_scaling.parallel.distributed import is_main_process
 from hf_vit_scaling.parallel.engine import Engine, start_engine
 from hf_vit_scaling.parallel.hetero import SlowRankSimulator, balanced_rank_batches
@@ -40,7 +42,6 @@ from hf_vit_scaling.training.checkpoints import (
 )
 from hf_vit_scaling.training.distillation import Teacher, check_teacher_labels, check_teacher_rows
 from hf_vit_scaling.training.hub import push_trained_model
-from hf_vit_scaling.training.learning_rate import apply_lr_scaling, deepspeed_lr_values
 from hf_vit_scaling.training.loader_workers import release_loader_workers
 from hf_vit_scaling.training.model_hooks import attach_model_hooks
 from hf_vit_scaling.utils import write_json_atomically
@@ -51,9 +52,10 @@ class World:
     """What is settled before the model is built."""
 
     engine: Engine
-    lr_info: dict  # the learning-rate rule applied (see learning_rate.apply_lr_scaling)
+    lr_info: dict  # the learning-rate rule applied (see optim.build.Optimization.scale_learning_rate)
     sequence_parallel: object | None  # a ViTSequenceParallel, or None
     resume_from: str | None  # a complete checkpoint folder, or None
+    optimization: Optimization | None = None  # the optimizer, its schedule and lrs (`optim.build`), for the Trainer
 
 
 @dataclass
@@ -87,7 +89,8 @@ def prepare_world(args) -> World:
         training.label_names = ["labels"]  # label field in its signature and evaluate without labels (no accuracy)
     sp_size = args.engine.sequence_parallel_size
     engine = args.run_engine  # resolved once by parse_args
-    lr_info = apply_lr_scaling(training, args.lr.lr_scaling, args.lr.reference_batch_size, sp_size)
+    optimization = Optimization(**asdict(args.lr), layer_decay=args.regularization.layer_decay)
+    lr_info = optimization.scale_learning_rate(training, sp_size)
     engine.set_values(deepspeed_lr_values(engine.ds_config, training.learning_rate), f"--lr_scaling {lr_info['rule']}")
     start_engine(engine, training)
     if sp_size > 1:
@@ -97,7 +100,7 @@ def prepare_world(args) -> World:
     sequence_parallel = setup_sequence_parallel(sp_size, engine.ds_config)
     resume_from = resume_checkpoint(training, engine)
     check_ema_resumable(args.regularization.ema_decay, resume_from)  # the EMA state must be there
-    return World(engine, lr_info, sequence_parallel, resume_from)
+    return World(engine, lr_info, sequence_parallel, resume_from, optimization)
 
 
 def resume_checkpoint(training_args, engine: Engine) -> str | None:

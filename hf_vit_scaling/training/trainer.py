@@ -17,13 +17,15 @@ pinned by tests/unit/training/test_upstream.py.
 - every rank's random draws differ from the others' (`seeding.PerRankRandomness`), reproducibly from `--seed`.
 - a streamed training split (`data.streaming`): its own loader, and each checkpoint holds the data position of
   every rank (`data_position/rank{R}.json`) before it is marked complete;
-- `layer_decay`: BEiT's per-layer learning rates as the optimizer's parameter groups (every ZeRO stage), written to
-  output_dir/layer_decay_groups.json as the optimizer holds them when training starts;
+- `optimization`: the optimizer and its schedule, built by `optim.build.Optimization` (`create_optimizer`,
+  `create_scheduler`); with --layer_decay, BEiT's per-layer learning rates as the optimizer's parameter groups
+  (every ZeRO stage), written to output_dir/layer_decay_groups.json as the optimizer holds them when training starts;
 - `ema`: an `EMACallback`; evaluation adds `eval_ema_*`, each checkpoint holds `ema.safetensors` before it is marked.
 - `throughput`: the `ThroughputCallback`'s settings (`throughput.timing`): throughput.json and the printed table;
 - `class_reports`: the latest confusion matrix and per-class accuracy of each evaluation (`eval`, `eval_ema`), when
   `compute_metrics` keeps them (`evaluation.ModuleComputeMetrics`); `run.finish_run` writes them.
-- `stop_signals`: e.g. "SIGTERM,SIGUSR1": on one of them every rank stops at the next optimizer step with a checkpoint,
+- `stop_signals`: the signals `--stop_signals` names, parsed (`interruption.parse_stop_signals`), e.g. (SIGTERM,
+  SIGUSR1): on one of them every rank stops at the next optimizer step with a checkpoint,
   and `train` raises `TrainingInterrupted` (`interruption.StopOnSignal`; output_dir/interrupted.json says which).
 - `--torch_compile`: the model the loop trains is compiled under every engine, before the first step
   (`compile.CompileEngine`); the throughput report says from dynamo's counters whether it was.
@@ -33,14 +35,14 @@ Injected faults (`faults.FaultInjector`) do nothing unless the environment asks 
 from hf_vit_scaling.data.sample_randomness import EpochOfDraws
 from hf_vit_scaling.data.streaming.loader import StreamingTrainData
 from hf_vit_scaling.evaluation.model_card import write_model_card
+from hf_vit_scaling.optim.build import Optimization
 from hf_vit_scaling.parallel.distributed import gather_object
 from hf_vit_scaling.parallel.hetero import loss_weight, uneven_batch_loader
 from hf_vit_scaling.parallel.sequence_parallel import shard_dataloader_by_data_parallel_rank
-from hf_vit_scaling.regularization.layer_decay import LayerDecayReport, layer_decay_optimizer_cls_and_kwargs
 from hf_vit_scaling.throughput.timing import add_throughput_callback
 from hf_vit_scaling.training.compile import CompileEngine
 from hf_vit_scaling.training.faults import FaultInjector
-from hf_vit_scaling.training.interruption import StopOnSignal, parse_stop_signals
+from hf_vit_scaling.training.interruption import StopOnSignal
 from hf_vit_scaling.training.nonfinite import NonFiniteLossPolicy
 from hf_vit_scaling.training.sample_trace import SampleTrace
 from hf_vit_scaling.training.seeding import PerRankRandomness, pin_data_order_seed
@@ -52,8 +54,8 @@ class VitTrainer(UpstreamOverrides):
 
     def __init__(self, *args, model_card: dict | None = None, rank_batches: list[int] | None = None,
                  sequence_parallel=None, nonfinite_policy: str = "stop", trace_samples: bool = False,
-                 layer_decay: float | None = None, ema=None, throughput: dict | None = None,
-                 stop_signals: str = "none", **kwargs):  # fmt: skip
+                 optimization: Optimization | None = None, ema=None, throughput: dict | None = None,
+                 stop_signals: tuple = (), **kwargs):  # fmt: skip
         if kwargs.get("args") is not None:
             pin_data_order_seed(kwargs["args"])  # before the Trainer reads it into its data loader configuration
         super().__init__(*args, **kwargs)
@@ -62,8 +64,9 @@ class VitTrainer(UpstreamOverrides):
         host_draws = getattr(self.train_dataset, "randomness", None)
         if host_draws is not None:  # host transforms seeded per (seed, epoch, row): tell them the epoch
             self.add_callback(EpochOfDraws(host_draws))
-        self.layer_decay, self.ema = layer_decay, self._attach(ema)
-        self.layer_decay_report = self._attach(LayerDecayReport() if layer_decay is not None else None)
+        self.ema = self._attach(ema)
+        self.optimization = optimization or Optimization()  # the optimizer and its schedule (optim/build.py)
+        self.layer_decay_report = self._attach(self.optimization.report)
         self.model_card_facts = model_card
         self.rank_batches = rank_batches
         self._loaders_made = []  # train loaders handed to the training loop (training/loader_workers.py)
@@ -78,8 +81,9 @@ class VitTrainer(UpstreamOverrides):
         self.faults = FaultInjector(self.args.process_index)
         if self.faults:
             self.add_callback(self.faults)
-        signals = parse_stop_signals(stop_signals)
-        self.stop_on_signal = self._attach(StopOnSignal(signals) if signals else None)
+        self.stop_on_signal = StopOnSignal(stop_signals) if stop_signals else None  # parsed at parse time
+        if self.stop_on_signal is not None:
+            self.add_callback(self.stop_on_signal)
         self.compile_engine = self._attach(CompileEngine(self))
         if throughput is not None:  # first in the callback list: its figures reach the reporting integrations
             add_throughput_callback(self, **throughput)
@@ -192,11 +196,17 @@ class VitTrainer(UpstreamOverrides):
         return result * weight
 
     def create_optimizer(self, model=None):
-        if self.layer_decay is not None and self.optimizer is None:  # BEiT's per-layer lrs, as parameter groups
-            opt_model = self.model if model is None else model
-            self.optimizer_cls_and_kwargs = layer_decay_optimizer_cls_and_kwargs(self, opt_model, self.layer_decay)
-            self.layer_decay_report.record(opt_model, self.optimizer_cls_and_kwargs[1]["params"])
+        if self.optimizer is None:  # `optim.build.Optimization`: None leaves the Trainer's own optimizer
+            built = self.optimization.optimizer_cls_and_kwargs(self, self.model if model is None else model)
+            if built is not None:
+                self.optimizer_cls_and_kwargs = built
         return super().create_optimizer(model)
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if self.lr_scheduler is None:  # `optim.build.Optimization`: None leaves the Trainer's --lr_scheduler_type
+            stepped = self.optimizer if optimizer is None else optimizer
+            self.lr_scheduler = self.optimization.scheduler(self.args, stepped, num_training_steps)
+        return super().create_scheduler(num_training_steps, optimizer)
 
     def evaluate(self, *args, metric_key_prefix: str = "eval", **kwargs):
         metrics = super().evaluate(*args, metric_key_prefix=metric_key_prefix, **kwargs)

@@ -27,7 +27,7 @@ LAYERS = (
     ("errors",),  # the stops and their exit codes; `exit_code_for` logs its one line
     ("models", "parallel", "losses"),
     ("data", "regularization", "throughput"),
-    ("evaluation",),
+    ("evaluation", "optim"),  # optim: the optimizer, its schedule and lrs (layer decay groups the ViT's blocks)
     ("training",),
     ("arguments", "pretraining"),  # arguments: names, defaults and validators of the run-time folders below
     ("medical", "planning"),  # one recipe's own code, and the planner; nothing below imports them

@@ -45,7 +45,9 @@ def trainer(tmp_path, monkeypatch, stop_signals: str, max_steps: int = 8, save_s
     monkeypatch.delenv(FAULTS_ENV, raising=False)
     args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none", max_steps=max_steps,
                              per_device_train_batch_size=4, save_steps=save_steps, disable_tqdm=True)  # fmt: skip
-    return VitTrainer(model=tiny_model(0), args=args, train_dataset=DATA, stop_signals=stop_signals)
+    return VitTrainer(
+        model=tiny_model(0), args=args, train_dataset=DATA, stop_signals=parse_stop_signals(stop_signals)
+    )
 
 
 @pytest.mark.parametrize(

@@ -52,10 +52,9 @@ def run_objects():
         report=SimpleNamespace(throughput_warmup_steps=3, peak_tflops=None),
         cluster=SimpleNamespace(slow_ranks={1: 2.0}),
         engine=SimpleNamespace(sequence_parallel_size=1),
-        reliability=SimpleNamespace(on_nonfinite_loss="skip", trace_samples=True, stop_signals="SIGTERM"),
-        regularization=SimpleNamespace(layer_decay=0.75),
+        reliability=SimpleNamespace(on_nonfinite_loss="skip", trace_samples=True, signals=("SIGTERM",)),
     )
-    world = SimpleNamespace(engine="the engine", sequence_parallel=None)
+    world = SimpleNamespace(engine="the engine", sequence_parallel=None, optimization="O")
     inputs = SimpleNamespace(splits={"train": "T", "validation": "V"}, collate="C", compute_metrics="M",
                              compute_loss_func="L", model_card={}, rank_batches=[4, 2], ema="E",
                              teacher_config=None)  # fmt: skip
@@ -75,7 +74,11 @@ def test_the_flags_reach_the_trainer_arguments():
     """Fails if a flag's value or an input is dropped or swapped on its way to the Trainer."""
     kwargs = recipe.trainer_arguments(*run_objects())
     assert (kwargs["train_dataset"], kwargs["eval_dataset"], kwargs["data_collator"]) == ("T", "V", "C")
-    assert (kwargs["nonfinite_policy"], kwargs["trace_samples"], kwargs["stop_signals"]) == ("skip", True, "SIGTERM")
-    assert (kwargs["layer_decay"], kwargs["ema"], kwargs["compute_loss_func"]) == (0.75, "E", "L")
+    assert (kwargs["nonfinite_policy"], kwargs["trace_samples"], kwargs["stop_signals"]) == (
+        "skip",
+        True,
+        ("SIGTERM",),
+    )
+    assert (kwargs["optimization"], kwargs["ema"], kwargs["compute_loss_func"]) == ("O", "E", "L")
     assert kwargs["throughput"]["slow_ranks"] == {1: 2.0} and kwargs["throughput"]["rank_batches"] == [4, 2]
     assert kwargs["throughput"]["engine"] == "the engine" and kwargs["throughput"]["warmup_steps"] == 3

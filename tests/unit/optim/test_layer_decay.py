@@ -1,4 +1,4 @@
-"""Tests `regularization.layer_decay`: layer-wise lr decay, through the Trainer and its report."""
+"""Tests `optim.layer_decay`: layer-wise lr decay, through the Trainer and its report."""
 
 import json
 from types import SimpleNamespace
@@ -8,7 +8,7 @@ import torch
 from transformers import Trainer, TrainingArguments
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.regularization.layer_decay import (
+from hf_vit_scaling.optim.layer_decay import (
     LAYER_DECAY_FILENAME,
     LayerDecayReport,
     layer_decay_optimizer_cls_and_kwargs,

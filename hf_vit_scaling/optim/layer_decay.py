@@ -1,6 +1,6 @@
 """`layer_decay_param_groups`: BEiT's layer-wise lr decay (Bao et al. 2022; timm `param_groups_layer_decay`):
 layer id 0 for the embeddings, i + 1 for block i, L + 1 for everything after the blocks (final LayerNorm, head);
-lr = base x decay^(L + 1 - id). Handed to the Trainer's own `create_optimizer` (see
+lr = base x decay^(L + 1 - id). `build.Optimization` hands them to the Trainer's own `create_optimizer` (see
 `layer_decay_optimizer_cls_and_kwargs`), which DeepSpeed uses for every ZeRO stage when the ds_config has no
 "optimizer" section. `LayerDecayReport` writes the groups as the optimizer holds them when training starts
 (output_dir/layer_decay_groups.json).

@@ -6,13 +6,13 @@ from types import SimpleNamespace
 import pytest
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.parallel.engine import Engine
-from hf_vit_scaling.training.learning_rate import (
+from hf_vit_scaling.optim.lr_scaling import (
     DEFAULT_SCALING_WARMUP,
     apply_lr_scaling,
     deepspeed_lr_values,
     scaled_learning_rate,
 )
+from hf_vit_scaling.parallel.engine import Engine
 
 
 def test_lr_scaling_rules():
