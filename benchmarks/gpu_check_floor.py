@@ -26,7 +26,7 @@ def plain_step(
     """One training step of a Hugging Face image classifier as the Trainer runs it without DeepSpeed: forward with
     labels under autocast for bf16 (fp32 weights, as the Trainer runs bf16 without DeepSpeed), backward, gradient
     clipping at `max_grad_norm` (the Trainer's default 1.0; 0 skips it), fused AdamW (the Trainer's default
-    `adamw_torch_fused` on torch >= 2.8, CPU and CUDA alike), zero_grad(set_to_none=True). With `compile_model`:
+    `adamw_torch_fused`, CPU and CUDA alike), zero_grad(set_to_none=True). With `compile_model`:
     torch.compile with `backend` (the first call compiles). Returns step(pixels, labels)."""
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)

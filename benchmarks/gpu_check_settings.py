@@ -38,8 +38,9 @@ ENGINES = (
 
 @dataclass(frozen=True)
 class Settings:
-    """What one mode runs. Sizes on the GPU: ViT-B/16 eager at ~2,500 images/s is ~50 ms a step at batch 128, so
-    the steps cost seconds; each run's start (imports, model, DeepSpeed) and each compile (~1 min) cost the rest."""
+    """What one mode runs. Sizes on the GPU: a ViT-B/16 step at batch 128 takes milliseconds, so the steps cost
+    seconds; each run's start (imports, model, DeepSpeed) and each compile cost the rest (measured: docs/gpu.md,
+    "Where the check's time goes")."""
 
     dry_run: bool
     model_preset: str
@@ -57,8 +58,8 @@ class Settings:
     floor_warmup: int
     compiled_engines: tuple[str, ...]
     # torch.compile's backend. The dry run's aot_eager traces with dynamo and AOT autograd as inductor does, without
-    # the code generation (C++ on a CPU, which the GPU does not run anyway: 36 s for the tiny floor model here, 1 s
-    # with aot_eager).
+    # the code generation (C++ on a CPU, which the GPU does not run anyway, and most of a CPU compile's time:
+    # docs/gpu.md, "Where the check's time goes").
     compile_backend: str
     budget_s: float
     # (expected, limit) seconds per kind of item: an item starts only with its expected time left in the budget,
@@ -83,13 +84,12 @@ GPU = Settings(
     floor_warmup=10,
     compiled_engines=("ddp", "zero2", "zero3", "fsdp2"),
     compile_backend="inductor",
-    # 9 minutes, less what comes outside the clock: make and Python start-up before it, a timed-out item's stop (up
-    # to 15 s) and the writing after it.
+    # 9 minutes, less what comes outside the clock: make and Python start-up before it, a timed-out item's stop
+    # (stop_group's waits: up to 10 + 5 = 15 s) and the writing after it.
     budget_s=515,
-    # Expected times as measured on one H200 on 2026-12-04 (benchmarks/results/gpu_check_h200.json, each recipe run
-    # from its command to its done line): shards 28-32 s, plain Trainer eager 28, ZeRO-2 eager 33, ZeRO-3 eager
-    # 36-50, floor 64, plain Trainer compiled 55, planner grid 33. Each recipe run then waited ~82 s more at exit
-    # (persistent loader workers; fixed since: VitTrainer.release_loader_workers), so those items took 109-139 s.
+    # Expected times from the one H200 run, each recipe run from its command to its done line, without the wait at
+    # exit that run had (persistent loader workers; fixed since: VitTrainer.release_loader_workers). The measured
+    # times: docs/gpu.md, "Where the check's time goes".
     times={
         "setup": (30, 180),
         "shards": (35, 150),
@@ -117,17 +117,18 @@ DRY_RUN = Settings(
     floor_steps=20,
     floor_warmup=3,
     # One compiled run: the others differ from it only by the engine flags, which their eager runs check, and each
-    # compile costs ~30 s of a 2-core CPU.
+    # compile is costly on a 2-core CPU (docs/gpu.md, "Where the check's time goes").
     compiled_engines=("ddp",),
     compile_backend="aot_eager",
-    # A cap, not the target (about 2 minutes on 2 idle cores): on a loaded CI machine, or where DeepSpeed builds
-    # its CPU op for the first time, the same items take longer and must still all run.
+    # A cap, not the target (the dry run's time on 2 idle cores: docs/gpu.md, "Where the check's time goes"): on a
+    # loaded CI machine, or where DeepSpeed builds its CPU op for the first time, the same items take longer and must
+    # still all run.
     budget_s=420,
     times={
         "setup": (5, 60),
         "shards": (10, 60),
-        # The first DeepSpeed run on a machine JIT-builds DeepSpeed's CPU shared-memory op (~20 s of g++), cached
-        # in ~/.cache/torch_extensions after.
+        # The first DeepSpeed run on a machine JIT-builds DeepSpeed's CPU shared-memory op (its time:
+        # ds_configs/README.md, "CPU ops"), cached in ~/.cache/torch_extensions after.
         "eager": (10, 90),
         "eager-fsdp2": (20, 90),
         "floor": (30, 90),

@@ -6,8 +6,8 @@ through (a) the per-sample path, (b) the host-crop path, (c) prepared uint8 shar
 
 Setup: the script writes `--images` JPEGs itself (quality 90, sizes drawn from 400-600 x 300-450 like ImageNet's
 typical 500 x 375, content that compresses like photos: smooth colour gradients, noise at three scales and grain;
-about 90 KB each) as an image folder, and prepares them as uint8 shards at 256 px (recipes/prepare_shards.py's
-code, 1 process). One process, `torch.set_num_threads(1)`: figures are per core.
+their mean size in benchmarks/README.md) as an image folder, and prepares them as uint8 shards at 256 px
+(recipes/prepare_shards.py's code, 1 process). One process, `torch.set_num_threads(1)`: figures are per core.
 Method: what a DataLoader worker does per batch of 64, through the recipe's own loaders and transforms
 (`load_image_classification_data`, the split's `__getitems__` with the input path's transform and each row's host
 draws from its own stream as in the recipe (`with_sample_index(..., seed=0)`), its collate), over

@@ -14,7 +14,7 @@ Groups: "table" (the configurations the planner was first checked on), "bf16" (b
 configurations), "new" (other presets, image sizes and batches, fp32 and bf16; measured with the earlier planner
 first, which showed what it got wrong), "held-out" (measured only after the planner was fixed).
 
-    python benchmarks/planner_memory.py                     # every configuration below, about 15 minutes on 2 cores
+    python benchmarks/planner_memory.py                     # every configuration below (its time: docs/planner.md)
     python benchmarks/planner_memory.py --only ddp-s16 zero3-b16 --output benchmarks/results/planner_memory.json
 """
 

@@ -19,8 +19,8 @@ highest total seen inside a training step.
 
 Why the flag and not the profiler's own byte counts: the profiler only hears of allocations and frees made in a
 thread where it is enabled. gloo completes asynchronous collectives in its own threads, and a tensor whose last
-reference dies there (DeepSpeed ZeRO-3's all-gathers do this) would look alive forever: 20 async all-gathers of
-12 MB left 156 MB "live" in a test; with the flag's total, 0.
+reference dies there (DeepSpeed ZeRO-3's all-gathers do this) would look alive forever (a test's counts:
+docs/planner.md, "Checked against measured memory"); the flag's total has none left.
 
 Each step is wrapped in a `record_function` range, so per-step peaks can be read from the same event stream.
 Writes `rank{R}.json` into --output_dir.

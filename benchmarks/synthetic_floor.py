@@ -31,7 +31,7 @@ compiled is faster); reported: its median over rounds and its min-max. FSDP2 run
 processes (torchrun, 1 thread and half the batch each: FSDP2 on a CPU world needs at least 2 ranks,
 `parallel/engine.select_fsdp_on_cpu`); the floor, one process by construction, has no FSDP2 arm.
 The `--compile` run at the top (3 rounds of plain, ZeRO-2, ZeRO-3 and FSDP2: 42 processes, 21 of them compiling
-cold for about a minute each) needs a quiet machine: about 40 min on 2 idle cores.
+cold) needs a quiet machine (its wall time: benchmarks/README.md, "The recipe against a synthetic-data floor").
 """
 
 from __future__ import annotations

@@ -61,8 +61,8 @@ def peak_rss_bytes() -> int:
     """This process's peak resident set size in bytes, as the kernel's high-water mark of its own memory (Linux:
     VmHWM in /proc/self/status, in KiB).
     Not `getrusage(RUSAGE_SELF).ru_maxrss`: Linux keeps that across execve, and a child that Python's subprocess
-    starts with vfork takes its parent's high-water mark at exec, so a rank or probe started from a 1.5 GB process
-    reports at least 1.5 GB however little it uses (measured: a 10 MB child reported 1,585 MB; VmHWM said 10.6 MB).
+    starts with vfork takes its parent's high-water mark at exec, so a rank or probe started from a large process
+    reports at least its parent's peak however little it uses (measured: docs/streaming.md, "Memory").
     Elsewhere (macOS: no /proc) ru_maxrss, which macOS reports in bytes."""
     try:
         with open("/proc/self/status", encoding="ascii") as status:

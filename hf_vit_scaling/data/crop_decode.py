@@ -86,7 +86,7 @@ def crop_resize_uint8(image: Image.Image, box, size: int) -> torch.Tensor:
         return pixels[0].contiguous()
     # Antialiasing widens the filter only when shrinking (support = max(1, in / out) pixels per side); when neither
     # side shrinks it is plain bilinear, so the cheaper kernel gives the same bytes (most random crops of images near
-    # the model's size are enlarged: 0.20 against 0.23 ms an image at 224 px).
+    # the model's size are enlarged; measured: docs/fast_input.md, "Choices in the code").
     shrinks = max(pixels.shape[-2:]) > size
     return F.interpolate(pixels, size=(size, size), mode="bilinear", antialias=shrinks, align_corners=False)[0]
 

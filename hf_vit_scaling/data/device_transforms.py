@@ -115,7 +115,8 @@ def mirror_and_shift(pixels: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
     shift_x = torch.round(theta[:, 0, 2] * size / 2).long()
     shift_y = torch.round(theta[:, 1, 2] * size / 2).long()
     mirrored = theta[:, 0, 0] < 0
-    if not (shift_x.any() or shift_y.any()):  # flips only: mirror the chosen images (4x cheaper than the gather)
+    # flips only: mirror the chosen images (cheaper than the gather: docs/fast_input.md, "Choices in the code")
+    if not (shift_x.any() or shift_y.any()):
         out = pixels.clone(memory_format=torch.contiguous_format)
         chosen = mirrored.nonzero().flatten()
         out[chosen] = out[chosen].flip(-1)
@@ -170,8 +171,8 @@ class DevicePreprocessor:
     def normalize(self, x: torch.Tensor, fresh: bool) -> torch.Tensor:
         """(x / 255 - mean) / std = x * (1 / (255 std)) - mean / std, in place on one contiguous float copy. The
         resize and crop above are linear with weights summing to 1, so normalising after them equals normalising
-        before. On a CPU this is 8x faster than the four passes over a channels-last batch it replaces (16 x 224 px:
-        about 80 ms -> 10 ms on 2 cores), which matters where the "device" is the host's own cores."""
+        before. On a CPU this is faster than the four passes over a channels-last batch it replaces (measured:
+        docs/fast_input.md, "Choices in the code"), which matters where the "device" is the host's own cores."""
         x = x.to(torch.float32, memory_format=torch.contiguous_format, copy=not fresh)
         std = torch.tensor(self.std, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
         mean = torch.tensor(self.mean, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)

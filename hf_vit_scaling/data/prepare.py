@@ -49,7 +49,8 @@ from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.log import logger
 from hf_vit_scaling.utils import write_json_atomically
 
-ROW_GROUP_ROWS = 128  # rows per Parquet row group: 25 MB at 256 px RGB, what a streaming reader holds at once
+# rows per Parquet row group, what a streaming reader holds at once: at 256 px RGB 128 x 196,608 bytes = 25 MB
+ROW_GROUP_ROWS = 128
 GRAY_MODES = ("1", "L", "LA", "I", "I;16", "I;16L", "I;16B", "I;16N", "F")
 CHANNEL_PROBE = 100  # images looked at (headers only) by --channels auto
 

@@ -7,7 +7,8 @@ N gets would depend on everything drawn before it in that process, and on a resu
 
 - the Trainer fetches the first batches after the checkpoint (through accelerate's `skip_first_batches`, and
   `get_batch_samples` prefetches a step's batches) before it restores the checkpoint's generator states
-  (transformers 5.24 `Trainer._run_epoch`: `get_batch_samples` comes before `_load_rng_state`);
+  (`Trainer._run_epoch` calls `get_batch_samples` before `_load_rng_state`; the version read: docs/fast_input.md,
+  "Exact resume without losing the gain");
 - accelerate's `DataLoaderShard` fetches one batch ahead of the one it yields, so the state saved at step k already
   holds batch k + 1's host draws;
 - DataLoader workers seed themselves from a base seed drawn when the iterator is created, which a resumed run does
@@ -27,10 +28,10 @@ sequence-parallel group read the same rows and so draw the same crops, as they m
 Where the time went before: each sample used to seed torch's CPU generator (`torch.manual_seed` inside
 `torch.random.fork_rng`). `torch.manual_seed` also queues the seed for every lazily initialised accelerator, and each
 queued call records `traceback.format_stack()` (torch/cuda/__init__.py `_lazy_call`), whose cost grows with the
-Python stack: 0.15 ms a sample from a shallow stack, 0.6-0.8 ms inside the Trainer's DataLoader (measured with
-cProfile on the Br35H originals), more than the host-crop path's whole per-image work (about 0.9 ms). And the
-dataset was read one row at a time (one Arrow read and one transform call per row) so that each row could be seeded;
-now the batch is read at once and the rows take their draws in order (`drawing_rows`, `each_sample`).
+Python stack: inside the Trainer's DataLoader more than the host-crop path's whole per-image work (measured:
+docs/fast_input.md, "Exact resume without losing the gain"). And the dataset was read one row at a time (one Arrow
+read and one transform call per row) so that each row could be seeded; now the batch is read at once and the rows
+take their draws in order (`drawing_rows`, `each_sample`).
 
 The epoch lives in a shared-memory tensor, so DataLoader workers (persistent ones included) read the value the
 trainer set at the start of the epoch (`EpochOfDraws`).

@@ -103,7 +103,8 @@ def roc_auc(references, scores, multi_class: str | None = None) -> float:
     """Area under the ROC curve (ties in scores count half, the Mann-Whitney U statistic / (n+ n-); Hanley & McNeil
     1982). Binary: `scores` is the positive class's score (N,). Multiclass (`multi_class="ovr"`): (N, K) probabilities,
     the unweighted mean of the one-vs-rest areas (scikit-learn's `roc_auc_score(average="macro")`)."""
-    from sklearn.metrics import roc_auc_score  # here, not at the top: scikit-learn adds ~1 s to every start-up
+    # here, not at the top: importing scikit-learn slows every start-up (measured: docs/recipe.md, "What was measured")
+    from sklearn.metrics import roc_auc_score
 
     y = _ints(references)
     if multi_class:

@@ -14,15 +14,15 @@ of most test images in training.
   signs of horizontal gradients of a 9 x 8 thumbnail; Krawetz 2013). Two images are near duplicates when the Hamming
   distance over the 128 bits is <= `threshold`. Resizing, JPEG re-encoding and monotonic contrast changes move few
   bits: both hashes compare pixels or coefficients with each other, not with fixed levels.
-  Default 16 (12.5% of the bits), measured on Br35H: 12 gives 885 groups, 14 gives 846, 16 gives 807 with the
+  Default 16 (of the 128 bits), measured on Br35H: 12 gives 885 groups, 14 gives 846, 16 gives 807 with the
   largest 26 images, one of them joining 4 tumour scans to 18 others through one pair of different scans at distance
   16; 18 merges 77 images into one group and 20 merges 245. Joining too much only costs split balance; missing a
   copy leaks it, so the default leans to joining.
 - Groups: union-find over exact pairs, near pairs and an optional patient/study id, so every image of a duplicate
   group or a patient stays in one split (`split_with_groups`).
 
-Hashing decodes every image once (3,000 Br35H images: about 10 s here). Pairwise distances are computed block by
-block (O(N^2) popcounts, no N x N matrix kept): 0.3 s for 3,000 images, so about a minute for 50,000.
+Hashing decodes every image once. Pairwise distances are computed block by block (O(N^2) popcounts, no N x N matrix
+kept). Their times on Br35H: recipes/medical_brain_mri/README.md, "Data hygiene: duplicates before the split".
 """
 
 import hashlib
@@ -90,7 +90,7 @@ _POPCOUNT8 = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
 def _hamming_block(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """Hamming distances between every row and every column hash ((R, 16) x (C, 16) uint8 -> (R, C))."""
     x = np.bitwise_xor(rows[:, None, :], cols[None, :, :])
-    if hasattr(np, "bitwise_count"):  # numpy >= 2.0
+    if hasattr(np, "bitwise_count"):  # else an older numpy: a byte lookup table
         return np.bitwise_count(x).sum(axis=-1, dtype=np.int32)
     return _POPCOUNT8[x].sum(axis=-1, dtype=np.int32)
 

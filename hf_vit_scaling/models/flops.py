@@ -64,7 +64,8 @@ def vit_forward_macs_per_image(config, image_size: int | tuple[int, int] | None 
     A DeiT config (`model_type` "deit", the recipe's `--distillation_token` student,
     `DeiTForImageClassificationWithTeacher`) has one more token, N = P + 2 (CLS + distillation), and two heads, on
     the CLS and the distillation token: 2 · D · num_labels. vit-tiny-cpu at 16 px (P = 16, D = 96, I = 192, 4 layers,
-    10 classes): the ViT's 17 tokens cost 5,310,144 MACs, the DeiT's 18 tokens 5,632,896 (+6.1%).
+    10 classes): the ViT's 17 tokens cost 5,310,144 MACs, the DeiT's 18 tokens 5,632,896
+    (5,632,896 / 5,310,144 = 1.061: +6.1%).
     """
     img_h, img_w = as_pair(config.image_size if image_size is None else image_size)
     patch_h, patch_w = as_pair(config.patch_size)

@@ -106,7 +106,8 @@ def gradient_bucket_elements(tensor_numels: list[int], world_size: int) -> tuple
     F = 4 flushes overlap the reduction with the backward still running. Every bucket but the last holds more than
     B - m (m: the largest gradient), so n buckets need (n - 1)(B - m) < total; n <= F holds for
     B = ceil(total / (F - 1)) + m. ViT-B/16: 85,806,346 / 3 + 2,359,296 = 30,961,412 -> 30,961,664 elements
-    (59 MiB in bf16, against 0.93 GiB for DeepSpeed's default 5e8), capped at that default for larger models."""
+    (x 2 bytes = 59 MiB in bf16, against 5e8 x 2 bytes = 0.93 GiB for DeepSpeed's default), capped at that default
+    for larger models."""
     total, largest = sum(tensor_numels), max(tensor_numels)
     flushes = 1 if world_size <= 1 else FLUSHES_ON_SEVERAL_PROCESSES
     bucket = total if flushes == 1 else -(-total // (flushes - 1)) + largest

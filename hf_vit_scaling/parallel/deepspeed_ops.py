@@ -2,8 +2,9 @@
 
 On a machine without a GPU DeepSpeed runs on its CPU accelerator and compiles two C++ ops with g++ the first time a
 run asks for them (torch.utils.cpp_extension's JIT build, cached in ~/.cache/torch_extensions):
-  - `deepspeed_shm_comm`: the CPU accelerator's shared-memory collectives, loaded by every DeepSpeed run (~20 s);
-  - `cpu_adam`: DeepSpeedCPUAdam, the optimizer of every ZeRO-Offload config (~40 s).
+  - `deepspeed_shm_comm`: the CPU accelerator's shared-memory collectives, loaded by every DeepSpeed run;
+  - `cpu_adam`: DeepSpeedCPUAdam, the optimizer of every ZeRO-Offload config.
+Each build's time, measured from a fresh clone: ds_configs/README.md, "CPU ops".
 The cache is keyed on the build command, which names the virtual environment's include paths: a fresh environment
 (a new clone, CI) rebuilds both, and the first ZeRO run of `make train` or of the tests waits a minute for g++.
 `make install` runs this module, so that minute is spent once, while installing:

@@ -36,8 +36,8 @@ states, persistent buffers); forward = activations at the end of the forward pas
 weights, input copies); backward_start = activations while the top layer's backward runs + the first gradient
 buckets; backward_end = the gradients + the first layer's activations; step = gradients + the optimizer step's
 temporaries. Each part's own size is reported, so the parts do not add up to the peak. `engine_memory` says which
-engine holds what when; 2-process CPU runs of every engine, fp32 and bf16, agree with it within 3%
-(docs/planner.md).
+engine holds what when; 2-process CPU runs of every engine, fp32 and bf16, check it (how closely they agree:
+docs/planner.md, "Checked against measured memory").
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def model_state_bytes(engine: str, num_parameters: int, world_size: int, precisi
     * FSDP2: sharded fp32 weights, gradients and moments: (4 + 4 + 8)Ψ/N; compute-dtype copies of the layer in use
       are made at all-gather time (buffers). HSDP is FSDP2 with `world_size` = the shard group (a node's GPUs): the
       same 16Ψ/g on each of the replicas. E.g. a 1 B-parameter model on 8 GPUs a node: 16 x 1e9 / 8 = 2.0 GB per
-      GPU however many nodes, where full sharding over 1,024 GPUs holds 15.6 MB.
+      GPU however many nodes, where full sharding over 1,024 GPUs holds 16 x 1e9 / 1,024 = 15.6 MB.
     """
     if engine not in ALL_ENGINES:
         raise ValueError(f"unknown engine {engine!r}")
@@ -209,8 +209,9 @@ def zero_buckets(engine: str, settings: PlanSettings) -> tuple[int, int]:
     `reduce_bucket_size` "auto" or missing is what the recipe resolves from the model's tensors
     (`parallel.deepspeed_config.gradient_bucket_elements`: at most 4 flushes a step on several processes, one bucket
     for every gradient on one); a number in the file is allocated as written, whole (`torch.empty(reduce_bucket_size)`)
-    however small the model: DeepSpeed's 5e8 is 2 GB in fp32 (measured: a 2,000 MB allocation in the first backward
-    hook). `overlap_comm` (on with several GPUs unless the file says otherwise) doubles the buckets.
+    however small the model: DeepSpeed's 5e8 x 4 bytes = 2 GB in fp32 (seen whole in the first backward hook:
+    docs/planner.md, "How memory is estimated"). `overlap_comm` (on with several GPUs unless the file says otherwise)
+    doubles the buckets.
     """
     zero = settings.ds_configs.get(engine, {}).get("zero_optimization", {})
     size = zero.get("reduce_bucket_size", "auto")
@@ -292,8 +293,8 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
             step[1:] = [p * shard, flattened_copy + states["fp32_gradient_copy"]]
         elif engine == "zero2":
             # The step: the contiguous gradient partition (`grads_in_partition`, pΨ/N) + its flattened copy (bf16
-            # only, pΨ/N) + the fp32 copy (4Ψ/N) = 8Ψ/N in bf16 (measured: 21.0 + 20.6 + 41.2 MiB for ViT-S/16,
-            # Ψ/N = 10.8 M), 8Ψ/N in fp32 too (4 + 4).
+            # only, pΨ/N) + the fp32 copy (4Ψ/N) = 8Ψ/N in bf16 (measured for ViT-S/16: docs/planner.md, "How memory
+            # is estimated"), 8Ψ/N in fp32 too (4 + 4).
             forward[1:] = backward_end[1:] = [p * shard, bucket]
             step[1:] = [p * shard, bucket + flattened_copy + states["fp32_gradient_copy"]]
         else:

@@ -222,8 +222,8 @@ _MEMORY_UNITS = {
 
 
 def parse_memory_size(text: str, flag: str = "--gpu_memory") -> int:
-    """'40GB' → 40 × 2^30 bytes. GPU memory is quoted in binary units (an "A100 40GB" has 40,960 MiB), so GB and GiB
-    mean the same here; a bare number is GiB."""
+    """'40GB' → 40 × 2^30 bytes. GPU memory is quoted in binary units (an "A100 40GB" has 40 x 1,024 = 40,960 MiB),
+    so GB and GiB mean the same here; a bare number is GiB."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
     unit = match.group(2).lower() if match else None
     if match is None or unit not in _MEMORY_UNITS:

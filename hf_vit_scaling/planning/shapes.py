@@ -394,8 +394,8 @@ def activation_bytes(
       less its input, which the checkpoint already holds).
     The backward working set is the gradient flowing into the layer (sbh) and the gradient of its GELU output (sbI):
     autograd frees each saved tensor when its node has run, so fc2's saved input is gone by the time the GELU's
-    gradient is made (measured: the peak inside a layer's backward is the layer + sbI + sbh, e.g. ViT-Ti/16 fp32
-    batch 16 at 160 px: +4.73 MiB GELU gradient over the layer, sbh = 1.18 MiB).
+    gradient is made (measured: the peak inside a layer's backward is the layer + sbI + sbh; an example in
+    docs/planner.md, "How memory is estimated").
 
     `autocast`: torch autocast (plain DDP with --bf16) keeps fp32 weights, so the residual stream (embeddings + fp32
     position table, and every `x + residual`) stays fp32 while matmul inputs are bf16 copies. Autocast caches the

@@ -230,10 +230,9 @@ def non_gemm_bytes_per_image(shape: VitShape, precision: str, gradient_checkpoin
     return elements * bytes_per_element(precision)
 
 
-# Per-operation host costs, fitted to the one H200 run (benchmarks/results/gpu_check_h200.json, ViT-B/16, batch 128,
-# "auto" sizes): ZeRO-2 took 94.1 ms a step over the plain Trainer with 147 bucket flushes -> 0.64 ms a flush;
-# ZeRO-3 took 210.8 ms over it: 147 flushes (94.1 ms) + 2 gathers a step (forward, backward) of 99 modules with
-# parameters (8 a ViT layer x 12 + embeddings, final norm, head) -> (210.8 - 94.1) / 198 = 0.59 ms a gather.
+# Per-operation host costs in seconds, fitted to the one H200 run (benchmarks/results/gpu_check_h200.json): ZeRO-2's
+# step over the plain Trainer's / its 147 bucket flushes; ZeRO-3's over ZeRO-2's / its 198 gathers. The step times and
+# the fit: docs/planner.md, "DeepSpeed's host-side work per step".
 FLUSH_S = 0.64e-3
 GATHER_S = 0.59e-3
 ZERO3_MODULES_PER_LAYER = {
@@ -346,6 +345,7 @@ def achievable_tflops_from_epoch(
     shape: VitShape, train_images: int, epoch_s: float, gradient_checkpointing: bool = False
 ) -> float:
     """The TFLOP/s one GPU achieved, from a measured single-GPU epoch (no communication in it): the planner's
-    calibration input. The study's T4 epoch: 50,000 images x 105.4 GFLOP / 1,817.65 s = 2.90 TFLOP/s."""
+    calibration input. The study's T4 epoch (arXiv 2602.21081): 50,000 images x 105.4 GFLOP / 1,817.65 s = 2.90
+    TFLOP/s."""
     flops = train_images * train_flops_per_image(shape) * (4 / 3 if gradient_checkpointing else 1)
     return flops / epoch_s / 1e12

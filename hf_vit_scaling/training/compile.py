@@ -1,13 +1,14 @@
 """`--torch_compile` under every engine: the model the training loop runs is compiled once, after the engine has
 wrapped it and before the first step, whichever engine it is.
 
-The Trainer hands `--torch_compile` to accelerate, which compiles the model as it prepares it (accelerate 1.16:
-`torch.compile` of the DDP module or the plain model, of the FSDP2 model before `fully_shard`, and
-`DeepSpeedEngine.compile()` after `deepspeed.initialize`). Older pairs of transformers and accelerate dropped it
-silently under DeepSpeed or FSDP (transformers issues 23095 and 34656), so at `on_train_begin` `CompileEngine`
-checks the object the loop trains and compiles it in place where nobody did (`DeepSpeedEngine.compile()`, or
-`nn.Module.compile()`: the same object, so the loop's own reference is compiled too). Whether dynamo really compiled
-graphs is read from its counters by the throughput report (`throughput.compilation`), not from this flag.
+The Trainer hands `--torch_compile` to accelerate, which compiles the model as it prepares it (`torch.compile` of the
+DDP module or the plain model, of the FSDP2 model before `fully_shard`, and `DeepSpeedEngine.compile()` after
+`deepspeed.initialize`; the version read: docs/recipe.md, "torch.compile"). Older pairs of transformers and
+accelerate dropped it silently under DeepSpeed or FSDP (transformers issues 23095 and 34656), so at `on_train_begin`
+`CompileEngine` checks the object the loop trains and compiles it in place where nobody did
+(`DeepSpeedEngine.compile()`, or `nn.Module.compile()`: the same object, so the loop's own reference is compiled
+too). Whether dynamo really compiled graphs is read from its counters by the throughput report
+(`throughput.compilation`), not from this flag.
 """
 
 import torch

@@ -105,7 +105,7 @@ class StopOnSignal(TrainerCallback):
         """The name of a signal some rank received (the largest number, if they differ), the same on every rank,
         or None. A collective: every rank calls it once after every optimizer step. On several processes it answers
         one step late: the all_reduce started after step N is waited for after step N+1 (long done by then), so no
-        step waits on it (a blocking one made 75 ms CPU steps 2.6% slower, benchmarks/stop_on_signal.py)."""
+        step waits on it (a blocking one cost a share of every step: docs/reliability.md, "What was measured")."""
         if self._group is None:
             return self.received
         agreed = 0

@@ -1,10 +1,10 @@
 """End a run's persistent DataLoader workers before the interpreter exits.
 
 With `--dataloader_persistent_workers`, the train and eval loaders keep their worker processes (and, on a GPU, a
-pin-memory thread) until interpreter exit. Left to it, torch before 2.13 waits 5 s per worker and loader when pin
-memory is on (pytorch/pytorch#81794): on one H200 with 8 workers, 8 x 5 s x 2 loaders kept every recipe process alive
-~82 s after its done line (benchmarks/results/gpu_check_h200.json, the GPU check of 2026-12-04). `finish_run` calls
-this while the interpreter can still join them, which takes milliseconds.
+pin-memory thread) until interpreter exit. Left to it, torch waits 5 s per worker and loader when pin memory is on
+(pytorch/pytorch#81794): with 8 workers, 8 x 5 s x 2 loaders, which kept every recipe process of the GPU check alive
+long after its done line (the versions and that run: benchmarks/README.md, "GPU check"). `finish_run` calls this
+while the interpreter can still join them.
 """
 
 

@@ -204,11 +204,11 @@ class UpstreamOverrides(Trainer):
             self._load_rng_state(checkpoint)
 
     def _correct_zero3_universal_adam_step(self, checkpoint: str) -> None:
-        """DeepSpeed 0.19's universal checkpoint has no `step.pt` for ZeRO-3 parameters, and a ZeRO-3 run resumed
-        from one on another number of processes restores the torch optimizer's step count wrong (measured: 12 where
-        the checkpoint of step 6 saved 6; the run then ends at 18 for 12 steps), so AdamW's bias corrections are off
-        and the updates drift (rel. 1e-5 in the loss the step after, 3e-4 five steps on). Put back the count the
-        checkpoint's own files saved, before the first resumed step."""
+        """DeepSpeed's universal checkpoint (the version read: docs/reliability.md, "Not guaranteed") has no `step.pt`
+        for ZeRO-3 parameters, and a ZeRO-3 run resumed from one on another number of processes restores the torch
+        optimizer's step count wrong (measured: 12 where the checkpoint of step 6 saved 6; the run then ends at 18 for
+        12 steps), so AdamW's bias corrections are off and the updates drift (how far: the same page). Put back the
+        count the checkpoint's own files saved, before the first resumed step."""
         if not self.is_deepspeed_enabled:
             return
         engine = self.model_wrapped

@@ -27,8 +27,8 @@ Resuming:
   `load_state_dict` (it reopens the shard and skips to the row);
 - otherwise each worker replays its stream of that pass from the start (same seed, same pass: the same rows in the
   same order) and drops the rows already given, before any decoding. datasets does not save a shuffle buffer's rows
-  ("examples from shuffle buffers are lost when resuming", its `state_dict` docstring), and in datasets 5.2 a
-  worker's state does not load back (see `StreamingTrainData.uses_datasets_state`).
+  ("examples from shuffle buffers are lost when resuming", its `state_dict` docstring), and a worker's state does
+  not load back (see `StreamingTrainData.uses_datasets_state`; the version read: docs/streaming.md, "Limits").
 Either way the rows of every later step are those of the uninterrupted run. The Trainer's own skipping of trained
 batches is off (`ignore_data_skip`): the position comes from the checkpoint.
 """

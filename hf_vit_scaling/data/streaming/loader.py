@@ -113,8 +113,9 @@ class StreamingTrainData(torch.utils.data.IterableDataset):
     @property
     def uses_datasets_state(self) -> bool:
         """Resume with datasets' load_state_dict (a seek) rather than a replay: no shuffle buffer to lose, and no
-        DataLoader workers (datasets 5.2 loads a worker's state into the rank's whole stream first, before the
-        worker's share is taken, which fails with an IndexError once shards are interleaved)."""
+        DataLoader workers (datasets loads a worker's state into the rank's whole stream first, before the worker's
+        share is taken, which fails with an IndexError once shards are interleaved; the version read:
+        docs/streaming.md, "Limits")."""
         return self.shuffle_buffer_size == 0 and self.num_workers == 0
 
     def loader(self, args) -> "StreamLoader":
