@@ -14,10 +14,10 @@ reached, scored); or a bare number right after "top-1" or "accuracy". Each figur
   The field's unit is `unit=` or its name's suffix (FIELD_UNITS); the check converts it to the page's unit
   (s/ms/µs/min/h; fraction/%/points; x; sizes), rounds to the page's decimals and fails on any difference.
   `python benchmarks/figures.py --write` (`make docs-figures`) rewrites each bound figure from its field;
-- labelled: its own sentence (a table row with its table's header row; a heading; a list item's sentence) says
-  it is an earlier measurement with the commit (a word of EARLIER or "commit", and a 7-40 hex hash), or an external
-  reference with its source (a URL, an arXiv id or an "et al." citation). A label in the paragraph or a heading
-  passes nothing else;
+- labelled: its own sentence (a table row with its table's header row; a heading; a fenced block; a list item's
+  sentence) says it is an earlier measurement with the commit (a word of EARLIER or "commit", and a 7-40 hex hash),
+  or an external reference with its source (a URL, an arXiv id or an "et al." citation). A label in the paragraph
+  or a heading passes nothing else;
 - allowed: listed for its page in benchmarks/figure_allowances.py with a reason (not a measurement: a setting, a
   target, arithmetic). An entry that no longer matches a figure is itself reported;
 - pending: on a page listed in figure_allowances.PENDING (not yet bound), passed by the paragraph rule of
@@ -63,7 +63,7 @@ AFTER_SCORE_WORD = re.compile(r"(?:top-?1|accuracy)(?:\s+(?:of|is|was|at))?[\s:=
 CODE_SPAN = re.compile(r"`[^`\n]*`")
 MARKER = re.compile(r"<!-- field: (?P<file>[^#\s]+)#(?P<key>[^\s]+?)(?: unit=(?P<unit>[^\s]+))? -->")
 GENERATED_BLOCK = re.compile(r"<!-- table: (?P<name>[\w-]+) -->\n.*?<!-- /table -->", re.S)
-HASH = re.compile(r"(?<![\w/])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}(?![\w/])")
+HASH = re.compile(r"(?<![\w/])(?:(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}|(?<=commit )[0-9a-f]{7,40})(?![\w/])")
 SOURCE = re.compile(r"https?://|arxiv[: ]\s?\d{4}\.\d{4,5}|\bet al\.", re.I)
 EARLIER_WORDS = re.compile("|".join(rf"(?<!\w){re.escape(word)}s?(?!\w)" for word in EARLIER), re.I)
 # The end of a sentence: a stop, then a capital or an opening mark (not after "e.g.", "et al.", "vs.", a decimal).
@@ -165,8 +165,8 @@ def figures_on(line: str, context: str, code: bool = False) -> list[tuple[int, s
 
 def sentences(lines: list[str]) -> tuple[list[list[tuple[int, int, int]]], list[str]]:
     """Per line, the sentences on it as (start column, end column, sentence id), and each sentence's text by id.
-    A table row is one sentence with its table's header row; a heading is one; a paragraph or a list item splits
-    at its stops."""
+    A table row is one sentence with its table's header row; a heading is one; a fenced block is one; a paragraph
+    or a list item splits at its stops."""
     per_line: list[list[tuple[int, int, int]]] = [[] for _ in lines]
     texts: list[str] = []
     header = ""
@@ -180,7 +180,14 @@ def sentences(lines: list[str]) -> tuple[list[list[tuple[int, int, int]]], list[
             i += 1
             continue
         header = ""
-        if not line.strip() or line.startswith("#") or line.startswith("```"):
+        if line.startswith("```"):  # a fenced block is one sentence: a note inside it labels its output
+            j = next((k for k in range(i + 1, len(lines)) if lines[k].startswith("```")), len(lines) - 1)
+            for k in range(i, j + 1):
+                per_line[k].append((0, len(lines[k]), len(texts)))
+            texts.append("\n".join(lines[i : j + 1]))
+            i = j + 1
+            continue
+        if not line.strip() or line.startswith("#"):
             per_line[i].append((0, len(line), len(texts)))
             texts.append(line)
             i += 1
@@ -334,7 +341,9 @@ def classify_page(page: str, text: str, allowed: dict[tuple[str, str], str] | No
             marker = MARKER.match(line, column + len(figure) + (line[column + len(figure) : column + len(figure) + 1]
                                                                 == " "))  # fmt: skip
             problem = ""
-            if marker:
+            if marker and fenced:
+                kind, problem = "bound", "a marker inside a code block, where GitHub shows it: bind it in prose"
+            elif marker:
                 kind = "bound"
                 shown, problem = check_bound(figure, marker)
                 if not problem and shown != figure:
