@@ -36,7 +36,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "hf_vit_scaling"
-PACKAGE_DIR = str(REPO / PACKAGE) + os.sep
 LAYOUT = REPO / "docs" / "layout.md"
 BLOCK = re.compile(r"(<!-- walks: tools/trace_flags\.py -->\n)(?P<body>.*?)(<!-- /walks -->)", re.S)
 FIX = "python tools/trace_flags.py"
@@ -166,8 +165,10 @@ def watch_calls(trace: Trace):
                 found.append(value)
         return found
 
+    package_dir = os.path.dirname(importlib.import_module(PACKAGE).__file__) + os.sep  # the one imported
+
     def profile(frame, event, _arg):
-        if event != "call" or not frame.f_code.co_filename.startswith(PACKAGE_DIR):
+        if event != "call" or not frame.f_code.co_filename.startswith(package_dir):
             return
         handed = arguments(frame)
         for flag in FLAGS:
@@ -186,6 +187,7 @@ def fresh(text: str) -> str:
 def traced_run(output_dir: str) -> Trace:
     """The run of RUN (recipes/train_vit.py's `train`) with both recorders on."""
     os.environ.update(ENVIRONMENT)
+    sys.path.insert(0, str(REPO))  # this checkout's package, as the recipe and the tests import it
     trace = Trace()
     argv = ["--output_dir", output_dir] + [fresh(arg) for arg in RUN]
     for flag in FLAGS:  # a string value is followed from the command line on
