@@ -19,9 +19,7 @@ reached, scored); or a bare number right after "top-1" or "accuracy". Each figur
   or an external reference with its source (a URL, an arXiv id or an "et al." citation). A label in the paragraph
   or a heading passes nothing else;
 - allowed: listed for its page in benchmarks/figure_allowances.py with a reason (not a measurement: a setting, a
-  target, arithmetic). An entry that no longer matches a figure is itself reported;
-- pending: on a page listed in figure_allowances.PENDING (not yet bound), passed by the paragraph rule of
-  benchmarks/figure_legacy.py. A pending page whose figures all pass otherwise is itself reported.
+  target, arithmetic). An entry that no longer matches a figure is itself reported.
 
 `python benchmarks/tables.py --check` runs this check with the tables' (tests/repo/test_figures.py runs both);
 `python benchmarks/figures.py` prints how many figures of each class each page holds and the problems.
@@ -38,8 +36,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from functools import cache
 from pathlib import Path
 
-import figure_legacy  # benchmarks/figure_legacy.py: the paragraph rule, for the pages still pending
-from figure_allowances import ALLOWED, PENDING  # benchmarks/figure_allowances.py (scripts run as <name>.py)
+from figure_allowances import ALLOWED  # benchmarks/figure_allowances.py (scripts run as benchmarks/<name>.py)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -354,8 +351,6 @@ def classify_page(page: str, text: str, allowed: dict[tuple[str, str], str] | No
                 kind = "labelled"
             elif (page, figure) in allowed:
                 kind = "allowed"
-            elif page in PENDING and figure_legacy.passes(page, text, i, figure):
-                kind = "pending"
             else:
                 kind = ""
             result.append(Figure(page, i + 1, figure, kind, column, marker, problem))
@@ -370,9 +365,6 @@ def problems(pages: dict[str, str] | None = None) -> list[str]:
     for page, text in pages.items():
         found += unknown_tables(page, text)
         classified = classify_page(page, text)
-        if page in PENDING and not any(figure.kind == "pending" for figure in classified):
-            found.append(f"{page}: pending, but every figure on it passes without the paragraph rule. Fix: remove it "
-                         "from PENDING in benchmarks/figure_allowances.py")  # fmt: skip
         for figure in classified:
             if figure.kind == "allowed":
                 used.add((page, figure.text))
@@ -411,7 +403,7 @@ def rewritten(page: str, text: str) -> str:
     return "".join(lines)
 
 
-KINDS = ("generated", "bound", "labelled", "allowed", "pending", "none")
+KINDS = ("generated", "bound", "labelled", "allowed", "none")
 
 
 @cache
