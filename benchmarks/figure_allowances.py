@@ -2,8 +2,8 @@
 (exactly as on the page) -> reason. benchmarks/figures.py reads it; `python benchmarks/tables.py --check` reports an
 entry whose figure has left its page. An entry passes every occurrence of its figure on its page.
 
-Prefer a source or a label: an entry is for what is not a measurement (a target, a setting, a budget, a description
-of the hardware, arithmetic on figures shown beside it) or for what cannot be sourced while it is being re-measured.
+Prefer a binding (`<!-- field: ... -->`) or a label in the figure's own sentence: an entry is for what is not a
+measurement (a target, a setting, a budget, a description of the hardware, arithmetic on figures shown beside it).
 """
 
 ON_VARIABLE_SIZE = "arithmetic on the generated variable_size_accuracy table just above"

@@ -201,6 +201,30 @@ def test_a_stale_bound_figure_fails_and_write_rewrites_it_from_its_field():
     assert problems_of(fixed) == []
 
 
+def test_a_marker_inside_a_fenced_block_is_refused():
+    """Fails if a marker GitHub would show (inside a code block) passes its figure."""
+    found = problems_of(f"```\nmake test  # 17.6 min{field(MAKE_TEST, 'wall_min')}\n```\n")
+    assert len(found) == 1 and "inside a code block" in found[0], found
+
+
+def test_write_rewrites_only_the_pages_whose_bound_figures_changed(tmp_path, monkeypatch, capsys):
+    """Fails if `figures.py --write` leaves a stale bound figure, or writes a page it did not change (other pages
+    may be edited at the same time)."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "r.json").write_text('{"wall_s": 61.2}\n')
+    stale, current = tmp_path / "docs" / "a.md", tmp_path / "docs" / "b.md"
+    stale.write_text(f"It took 1.1 min{field('r.json', 'wall_s')}.\n")
+    current.write_text(f"It took 1.0 min{field('r.json', 'wall_s')}.\n")
+    before = current.stat().st_mtime_ns
+    monkeypatch.setattr(figures, "REPO", tmp_path)
+    monkeypatch.setattr(figures, "markdown_pages", lambda: ["docs/a.md", "docs/b.md"])
+    figures.load.cache_clear()
+    assert figures.main(["--write"]) == 0
+    figures.load.cache_clear()
+    assert stale.read_text() == f"It took 1.0 min{field('r.json', 'wall_s')}.\n"
+    assert current.stat().st_mtime_ns == before and capsys.readouterr().out == "rewrote docs/a.md\n"
+
+
 def test_a_marker_after_no_figure_is_reported():
     assert "follows no figure" in "".join(problems_of(f"The step{field(STOP, 'median_step_ms.with')} was short.\n"))
 
