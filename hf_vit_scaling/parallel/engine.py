@@ -34,6 +34,18 @@ class Engine:
     fsdp_plugin_args: dict[str, Any] = field(default_factory=dict)  # TrainingArguments.fsdp_plugin_args
     ds_config_mismatches: tuple[str, ...] = ()  # config values that contradict the flags (transformers' list)
     resolved: dict[str, dict] = field(default_factory=dict, compare=False)  # {dotted key: {"value", "reason"}}
+    # Read once from the config (nothing the project sets changes them): the ZeRO stage (None without DeepSpeed)
+    # and which states are offloaded where, e.g. {"optimizer": "cpu"}.
+    zero_stage: int | None = field(init=False, default=None)
+    offload: dict[str, str] = field(init=False, default_factory=dict)
+
+    def __post_init__(self):
+        if self.kind == "fsdp":  # CPUOffloadPolicy offloads both
+            offload = {"optimizer": "cpu", "param": "cpu"} if self.fsdp_cpu_offload else {}
+        else:
+            offload = offload_targets(self.ds_config)
+        object.__setattr__(self, "zero_stage", zero_stage(self.ds_config))
+        object.__setattr__(self, "offload", offload)
 
     def set_values(self, values: dict[str, Any], reason: str) -> None:
         """Set {dotted key: value} in the run's DeepSpeed dict (nothing without DeepSpeed), recording why."""
@@ -54,16 +66,6 @@ class Engine:
         for key, (value, reason) in model_sized_values(self.ds_config, numels, max(small, default=0), world_size,
                                                        layer, on_gpu).items():  # fmt: skip
             self.set_values({key: value}, reason)
-
-    @property
-    def zero_stage(self) -> int | None:
-        return zero_stage(self.ds_config)
-
-    @property
-    def offload(self) -> dict[str, str]:
-        if self.kind == "fsdp":
-            return {"optimizer": "cpu", "param": "cpu"} if self.fsdp_cpu_offload else {}  # CPUOffloadPolicy: both
-        return offload_targets(self.ds_config)
 
     @property
     def fsdp_cpu_offload(self) -> bool:
