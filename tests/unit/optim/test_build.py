@@ -75,3 +75,14 @@ def test_the_lr_is_scaled_for_the_global_batch(tmp_path):
     )
     info = Optimization(lr_scaling="linear", reference_batch_size=32).scale_learning_rate(args)
     assert args.learning_rate == pytest.approx(2e-3) and info["rule"] == "linear" and info["global_batch"] == 64
+
+
+def test_every_flag_of_the_learning_rate_group_is_a_setting_of_the_builder():
+    """Fails if a flag added to `LearningRateArguments` (where a new schedule's flag goes) has no field of the same
+    name in `Optimization`: `prepare_world` hands the group over by name, and the run would stop with a TypeError."""
+    from dataclasses import asdict
+
+    from hf_vit_scaling.arguments.engine import LearningRateArguments
+
+    built = Optimization(**asdict(LearningRateArguments(lr_scaling="sqrt", reference_batch_size=64)))
+    assert (built.lr_scaling, built.reference_batch_size) == ("sqrt", 64)
