@@ -4,8 +4,8 @@ the cluster (slow ranks, uneven batch shares)."""
 from dataclasses import dataclass, field
 
 from hf_vit_scaling.arguments.field_checks import require_at_least
-from hf_vit_scaling.parallel.hetero import parse_balance_spec, parse_slow_ranks
 from hf_vit_scaling.optim.lr_scaling import LR_SCALING_RULES
+from hf_vit_scaling.parallel.hetero import parse_balance_spec, parse_slow_ranks
 
 
 @dataclass
