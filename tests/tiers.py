@@ -78,6 +78,8 @@ EXTENDED = {
     "test_hetero_launched.py::test_uneven_batches_give_the_same_gradient[zero2]": "uneven batches are core under DDP",
     "test_one_stop_handler_launched.py::test_jit_checkpoint_is_refused_on_every_launch_before_any_step[ddp]":
         "the refusal is core on one process",
+    "test_gpu_check.py::test_dry_run_": "the GPU check's CPU dry run runs benchmarks/gpu_check.py's every item (the "
+        "recipe's engines are core in their own tests); its order, budget and wheel install stay core in this file",
 }  # fmt: skip
 
 
