@@ -160,15 +160,24 @@ def summarise(timeline, steps) -> dict:
     return {"peak_overall": max((live for _, live in timeline), default=0), "steps": per_step}
 
 
+def engine_of_training_args(training_args):
+    """The run's `Engine` from the TrainingArguments this worker builds (the recipe's `arguments.parse.run_engine`,
+    without loading the recipe's argument groups)."""
+    from hf_vit_scaling.parallel.engine import engine_of
+
+    if training_args.deepspeed:
+        path = training_args.deepspeed if isinstance(training_args.deepspeed, str) else None
+        return engine_of(training_args.hf_deepspeed_config, ds_config_path=path)
+    return engine_of(fsdp_plugin_args=training_args.fsdp_plugin_args)
+
+
 def what_trained(trainer, training_args) -> dict:
     """What actually trained, for the record: the engine, the wrapper, the dtypes the parameters are stored in, and
     FSDP2's compute dtype (an earlier version of this worker trained FSDP2 in fp32 whatever --precision said)."""
     from torch.distributed.fsdp import FSDPModule
 
-    from hf_vit_scaling.parallel.engine import engine_of
-
     record = {
-        "engine": engine_of(training_args).label(),
+        "engine": engine_of_training_args(training_args).label(),
         "wrapper": type(trainer.model_wrapped).__name__,
         "accelerate_mixed_precision": trainer.accelerator.mixed_precision,
         "parameter_dtypes": sorted({str(p.dtype) for p in trainer.model.parameters()}),
@@ -190,7 +199,7 @@ def main() -> int:
         from transformers import Trainer
 
         from hf_vit_scaling.models.presets import build_model_from_preset, preset_config
-        from hf_vit_scaling.parallel.engine import engine_of, start_engine
+        from hf_vit_scaling.parallel.engine import start_engine
         from hf_vit_scaling.utils import peak_rss_bytes
 
         labels = [str(i) for i in range(args.num_labels)]
@@ -200,7 +209,7 @@ def main() -> int:
         training_args = training_arguments(args, os.path.join(args.output_dir, "trainer"))
         # What the recipe does before building the model (hf_vit_scaling.training.run.prepare_world): DeepSpeed
         # told the world (ZeRO-3 builds the model partitioned), accelerate told to run FSDP2 on a CPU world.
-        start_engine(engine_of(training_args), training_args)
+        start_engine(engine_of_training_args(training_args), training_args.device.type, training_args.mixed_precision)
         model = build_model_from_preset(preset_config(args.model_preset, labels, image_size=args.image_size))
         trainer = Trainer(model=model, args=training_args, train_dataset=dataset, callbacks=[step_ranges_callback()])
         trainer.train()

@@ -123,7 +123,7 @@ def worker(args) -> None:
         import deepspeed
 
         deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
-        sp = setup_sequence_parallel(world, {"zero_optimization": {"stage": 2}})
+        sp = setup_sequence_parallel(world, 2)  # ZeRO-2
     torch.manual_seed(0)
     config = preset_config(args.model_preset, [str(i) for i in range(10)], image_size=args.image_size)
     config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0

@@ -174,7 +174,7 @@ def check_fsdp(args) -> None:
             )
         return
     refusals = [
-        (training.deepspeed, "--fsdp and --ds_config are two engines. Fix: pass one of them."),
+        (args.run_engine.kind == "deepspeed", "--fsdp and --ds_config are two engines. Fix: pass one of them."),
         (plugin["fsdp_version"] != 2, 'the recipe runs FSDP2 only. Fix: set "version": 2 in --fsdp_config.'),
         (training.world_size < 2, "--fsdp shards over the processes of a distributed run and this is 1 process. "
          "Fix: launch 2 or more (torchrun --nproc_per_node N, accelerate launch --multi_gpu) or drop --fsdp."),
@@ -264,7 +264,7 @@ def validate_args(args) -> None:
     engine = args.run_engine
     check_ds_config_against_flags(engine.ds_config_mismatches)
     check_balance_batches(args.cluster.balance_batches, training, engine)
-    check_regularization(args.regularization, engine.ds_config)
+    check_regularization(args.regularization, engine.reading)
     check_class_weighting(args)
     check_streaming(args)
     check_distillation(args)
@@ -273,7 +273,7 @@ def validate_args(args) -> None:
     check_sequence_parallel(
         args.engine.sequence_parallel_size,
         training.world_size,
-        engine.ds_config,
+        engine.reading,
         preset and MODEL_PRESETS.get(preset, {}).get("num_attention_heads"),
         args.model.attn_implementation,
         args.cluster.balance_batches,

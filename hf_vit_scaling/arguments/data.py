@@ -3,12 +3,9 @@
 from dataclasses import dataclass, field
 
 from hf_vit_scaling.arguments.field_checks import require_at_least, require_folder
+from hf_vit_scaling.data.host_transforms import SMALL_IMAGE_PX  # the rule over both flags: crops_at, flips_at
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.losses.class_weighting import CLASS_WEIGHTING
-
-# Below this model input size the recipe neither crops nor flips by default; 64 px is the smallest size of the ImageNet
-# variants trained with random resized crops (Downsampled ImageNet 64x64, Chrabaszcz et al. 2017, uses none either).
-SMALL_IMAGE_PX = 64
 
 
 @dataclass
@@ -105,15 +102,6 @@ class DataArguments:
             "choices": list(CLASS_WEIGHTING),
         },
     )
-
-    def crops_at(self, image_size: int) -> bool:
-        """Whether training takes random resized crops at this model input size: the flag when given, else the
-        size-dependent default (torchvision/timm's crop from 8% is an ImageNet-sized default)."""
-        return image_size >= SMALL_IMAGE_PX if self.random_resized_crop is None else self.random_resized_crop
-
-    def flips_at(self, image_size: int) -> bool:
-        """Whether training flips images at this model input size: the flag when given, else as `crops_at`."""
-        return image_size >= SMALL_IMAGE_PX if self.horizontal_flip is None else self.horizontal_flip
 
     def __post_init__(self):
         if self.dataset_name and self.train_dir:

@@ -200,9 +200,20 @@ def check_fsdp_config_file(path) -> None:
 def resolve_engine_values(values: dict) -> None:
     """The engine's files, from the parsed values (a flag's every spelling, a file's keys, overrides on top) before
     TrainingArguments is built from them: `ds_config` folded into `deepspeed` and the DeepSpeed and FSDP files
-    checked. `parse_args` then reads the engine out of TrainingArguments once (`engine_of`)."""
+    checked. `parse_args` then reads the engine out of TrainingArguments once (`run_engine`)."""
     _resolve_ds_config(values)
     check_fsdp_config_file(values.get("fsdp_config"))
+
+
+def run_engine(training, ds_config_path: str | None) -> Engine:
+    """The engine TrainingArguments select, read out of them once (`parallel.engine.engine_of` takes the values):
+    transformers' DeepSpeed config when --ds_config/--deepspeed is set (a path given to TrainingArguments directly
+    is its own file name), else the FSDP plugin's arguments."""
+    deepspeed = training.deepspeed
+    if not deepspeed:
+        return engine_of(fsdp_plugin_args=training.fsdp_plugin_args)
+    path = deepspeed if isinstance(deepspeed, str) else ds_config_path
+    return engine_of(training.hf_deepspeed_config, ds_config_path=path)
 
 
 def has_accelerator() -> bool:
@@ -259,7 +270,7 @@ def parse_args(argv: list[str] | None = None, mae: bool = False) -> RecipeArgume
     argv = list(sys.argv[1:] if argv is None else argv)
     args = RecipeArguments(*_parse(argv, (MaeArguments,) if mae else ()))
     # The one read of the engine: every later reader uses this object.
-    args.run_engine = engine_of(args.training, args.engine.ds_config)
+    args.run_engine = run_engine(args.training, args.engine.ds_config)
     keep_hub_token_out_of_arguments(args.training)
     if mae:
         check_mae_run(args)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.losses.soft_target import mixes_images
-from hf_vit_scaling.parallel.deepspeed_config import zero_stage
+from hf_vit_scaling.parallel.deepspeed_config import NO_DEEPSPEED, ConfigReading
 from hf_vit_scaling.regularization.rand_augment import RAND_AUGMENT_EXAMPLE, parse_rand_augment
 
 
@@ -143,17 +143,18 @@ class RegularizationArguments:
         return mixes_images(self.mixup_alpha, self.cutmix_alpha, self.mixup_prob)
 
 
-def check_regularization(args: RegularizationArguments, ds_config: dict | None = None) -> None:
-    """Refuse combinations that cannot work, at parse time, before any expensive work. What only the run knows is
+def check_regularization(args: RegularizationArguments, ds_config: ConfigReading = NO_DEEPSPEED) -> None:
+    """Refuse combinations that cannot work, at parse time, before any expensive work (`ds_config`: the run's DeepSpeed
+    config as its Engine read it, `Engine.reading`; the default: no DeepSpeed). What only the run knows is
     checked where it is decided: the EMA of a resumed checkpoint (`regularization.ema.check_ema_resumable`), the eval
     crop on the chosen input path (`data.input_path.InputPath.check_eval_crop`)."""
-    if args.ema_decay is not None and zero_stage(ds_config) == 3:
+    if args.ema_decay is not None and ds_config.zero_stage == 3:
         raise UserInputError(
             "--ema_decay works with plain DDP and ZeRO 0-2; ZeRO-3 keeps only a shard of each "
             "parameter per rank. Fix: use --ds_config ds_configs/zero2.json, or drop --ema_decay."
         )
-    if args.layer_decay is not None and ds_config:
-        own = [key for key in ("optimizer", "scheduler") if key in ds_config]
+    if args.layer_decay is not None:
+        own = list(ds_config.own_sections)
         if own:
             raise UserInputError(
                 f"--layer_decay sets per-group learning rates in the Trainer's optimizer, but the "

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from hf_vit_scaling.data.decoding import _DECODE_ERRORS, open_image_header, set_pixel_transforms, to_gray, to_rgb
-from hf_vit_scaling.data.host_transforms import random_resized_crop_box
+from hf_vit_scaling.data.host_transforms import crops_at, random_resized_crop_box
 
 JPEG_REDUCTIONS = (8, 4, 2, 1)  # what libjpeg (and so PIL's draft) can decode at: 1/8, 1/4, 1/2, full size
 
@@ -141,6 +141,7 @@ def attach_host_crop_transforms(data, size: int, data_args, eval_crop_pct: float
     `bad_image` note, when it cannot be decoded)."""
 
     def to_pixels(train: bool) -> CropDecoder:
-        return CropDecoder(size, train, data_args.crops_at(size), data_args.crop_scale_min, eval_crop_pct)
+        crop = crops_at(data_args.random_resized_crop, size)
+        return CropDecoder(size, train, crop, data_args.crop_scale_min, eval_crop_pct)
 
     return set_pixel_transforms(data, to_pixels)

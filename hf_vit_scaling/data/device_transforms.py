@@ -24,6 +24,7 @@ from hf_vit_scaling.data.decoding import (
     set_pixel_transforms,
     stack_batch,
 )
+from hf_vit_scaling.data.host_transforms import crops_at, flips_at
 from hf_vit_scaling.data.types import ImageClassificationData
 from hf_vit_scaling.errors import UserInputError
 
@@ -149,8 +150,8 @@ class DevicePreprocessor:
     def from_data_args(cls, size: int, mean, std, data_args, crop_on_device: bool = True) -> "DevicePreprocessor":
         """The training augmentation the data flags give at `size` (`crops_at`, `flips_at`, --random_crop_padding);
         crop_on_device False leaves the random resized crop to the host (`--input_path host_crop`)."""
-        crop = crop_on_device and data_args.crops_at(size)
-        return cls(size, mean, std, crop, data_args.crop_scale_min, data_args.flips_at(size),
+        crop = crop_on_device and crops_at(data_args.random_resized_crop, size)
+        return cls(size, mean, std, crop, data_args.crop_scale_min, flips_at(data_args.horizontal_flip, size),
                    data_args.random_crop_padding)  # fmt: skip
 
     def __call__(self, pixels: torch.Tensor, train: bool) -> torch.Tensor:

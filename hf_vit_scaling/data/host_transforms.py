@@ -15,6 +15,21 @@ from PIL import Image
 from hf_vit_scaling.data.decoding import decode_then, pil_to_uint8_tensor, set_pixel_transforms
 from hf_vit_scaling.data.sample_randomness import host_randint, host_uniform
 
+# Below this model input size the recipe neither crops nor flips by default; 64 px is the smallest size of the ImageNet
+# variants trained with random resized crops (Downsampled ImageNet 64x64, Chrabaszcz et al. 2017, uses none either).
+SMALL_IMAGE_PX = 64
+
+
+def crops_at(random_resized_crop: bool | None, image_size: int) -> bool:
+    """Whether training takes random resized crops at this model input size: --random_resized_crop when given, else
+    the size-dependent default (torchvision/timm's crop from 8% is an ImageNet-sized default)."""
+    return image_size >= SMALL_IMAGE_PX if random_resized_crop is None else random_resized_crop
+
+
+def flips_at(horizontal_flip: bool | None, image_size: int) -> bool:
+    """Whether training flips images at this model input size: --horizontal_flip when given, else as `crops_at`."""
+    return image_size >= SMALL_IMAGE_PX if horizontal_flip is None else horizontal_flip
+
 
 def random_resized_crop_box(height: int, width: int, scale_min: float) -> tuple[int, int, int, int]:
     """(top, left, h, w) as torchvision's RandomResizedCrop samples it: area in [scale_min, 1], ratio in [3/4, 4/3].
@@ -56,8 +71,8 @@ class ImageTransform:
     @classmethod
     def from_data_args(cls, size: int, mean, std, train: bool, data_args) -> "ImageTransform":
         """The augmentation the data flags give at `size` (`crops_at`, `flips_at`, --random_crop_padding)."""
-        return cls(size, mean, std, train, data_args.crops_at(size), data_args.crop_scale_min,
-                   data_args.flips_at(size), data_args.random_crop_padding)  # fmt: skip
+        return cls(size, mean, std, train, crops_at(data_args.random_resized_crop, size), data_args.crop_scale_min,
+                   flips_at(data_args.horizontal_flip, size), data_args.random_crop_padding)  # fmt: skip
 
     def __call__(self, image) -> torch.Tensor:
         pixels = pil_to_uint8_tensor(image) if isinstance(image, Image.Image) else image

@@ -29,7 +29,7 @@ def resolved_summary(resolved: dict) -> str:
 def model_card_facts(training, model_args, engine, lr_info: dict, sp_size: int, data, model, model_desc: str) -> dict:
     """Everything the model card says except the metrics (see `model_card.render_model_card`). `training`: the
     Trainer's arguments; `model_args`: the model flags (preset or checkpoint); `engine`: the run's
-    `parallel.engine.Engine`; `lr_info`: the learning-rate rule applied (`optim.lr_scaling.apply_lr_scaling`);
+    `parallel.engine.Engine`; `lr_info`: the learning-rate rule applied (`optim.lr_scaling.lr_for_global_batch`);
     `sp_size`: the sequence-parallel size."""
     gas = training.gradient_accumulation_steps
     lr_scaling = "none" if lr_info["rule"] == "none" else (

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.optim.layer_decay import LayerDecayReport, layer_decay_optimizer_cls_and_kwargs
-from hf_vit_scaling.optim.lr_scaling import apply_lr_scaling
+from hf_vit_scaling.optim.lr_scaling import lr_for_global_batch
 from hf_vit_scaling.optim.schedules import SCHEDULES
 
 
@@ -39,10 +39,13 @@ class Optimization:
         if self.layer_decay is not None:
             self.report = LayerDecayReport()
 
-    def scale_learning_rate(self, training_args, sequence_parallel_size: int = 1) -> dict:
-        """Set `training_args.learning_rate` for the run's global batch (`lr_scaling.apply_lr_scaling`, before the
-        Trainer exists); the rule applied, for the card and the log."""
-        return apply_lr_scaling(training_args, self.lr_scaling, self.reference_batch_size, sequence_parallel_size)
+    def scale_learning_rate(self, learning_rate: float, warmup_steps: float, per_device_batch: int, accumulation: int,
+                            world_size: int, sequence_parallel_size: int = 1) -> dict:  # fmt: skip
+        """The learning rate and warmup for the run's global batch (`lr_scaling.lr_for_global_batch`, before the
+        Trainer exists: the caller gives the Trainer "lr" and "warmup_steps"); the rule applied, for the card and the
+        log."""
+        return lr_for_global_batch(learning_rate, warmup_steps, per_device_batch, accumulation, world_size,
+                                   self.lr_scaling, self.reference_batch_size, sequence_parallel_size)  # fmt: skip
 
     def optimizer_cls_and_kwargs(self, trainer, model) -> tuple[type, dict] | None:
         """The optimizer class and its arguments for `trainer.optimizer_cls_and_kwargs` (the Trainer's
@@ -53,14 +56,14 @@ class Optimization:
         self.report.record(model, kwargs["params"])
         return optimizer_cls, kwargs
 
-    def scheduler(self, training_args, optimizer, num_training_steps: int):
-        """The schedule named for the run, with the Trainer's warmup and `--lr_scheduler_kwargs`, or None for the
-        Trainer's own (`--lr_scheduler_type`)."""
+    def scheduler(self, optimizer, num_training_steps: int, num_warmup_steps: int, scheduler_kwargs: dict | None):
+        """The schedule named for the run, with the Trainer's warmup (in steps) and `--lr_scheduler_kwargs`, or None
+        for the Trainer's own (`--lr_scheduler_type`)."""
         if self.lr_schedule is None:
             return None
         return SCHEDULES[self.lr_schedule](
             optimizer,
-            num_warmup_steps=training_args.get_warmup_steps(num_training_steps),
+            num_warmup_steps=num_warmup_steps,
             num_training_steps=num_training_steps,
-            **(training_args.lr_scheduler_kwargs or {}),
+            **(scheduler_kwargs or {}),
         )

@@ -28,37 +28,35 @@ def scaled_learning_rate(base_lr: float, global_batch: int, reference_batch: int
     return {"none": base_lr, "linear": base_lr * ratio, "sqrt": base_lr * math.sqrt(ratio)}[rule]
 
 
-def apply_lr_scaling(training_args, rule: str, reference_batch: int, sequence_parallel_size: int = 1) -> dict:
-    """Set `training_args.learning_rate` (and a warmup if none was given) for the run's global batch
-    (N sequence-parallel ranks share their images: the batch counts world / N replicas). A DeepSpeed config's own
-    optimizer block gets the same lr through `deepspeed_lr_values`."""
-    global_batch = global_batch_size(
-        training_args.per_device_train_batch_size,
-        training_args.gradient_accumulation_steps,
-        training_args.world_size,
-        sequence_parallel_size,
-    )
-    base = training_args.learning_rate
-    training_args.learning_rate = scaled_learning_rate(base, global_batch, reference_batch, rule)
-    if rule != "none" and not training_args.warmup_steps:
-        training_args.warmup_steps = DEFAULT_SCALING_WARMUP
+def lr_for_global_batch(
+    learning_rate: float,
+    warmup_steps: float,
+    per_device_batch: int,
+    accumulation: int,
+    world_size: int,
+    rule: str,
+    reference_batch: int,
+    sequence_parallel_size: int = 1,
+) -> dict:
+    """The learning rate (and a warmup if none was given) for the run's global batch (N sequence-parallel ranks share
+    their images: the batch counts world / N replicas): {"rule", "base_lr", "reference_batch", "global_batch", "lr",
+    "warmup_steps"}; the caller gives the Trainer "lr" and "warmup_steps" (`training.run.prepare_world`). A DeepSpeed
+    config's own optimizer block gets the same lr through `deepspeed_lr_values`."""
+    global_batch = global_batch_size(per_device_batch, accumulation, world_size, sequence_parallel_size)
+    if rule != "none" and not warmup_steps:
+        warmup_steps = DEFAULT_SCALING_WARMUP
     return {
         "rule": rule,
-        "base_lr": base,
+        "base_lr": learning_rate,
         "reference_batch": reference_batch,
         "global_batch": global_batch,
-        "lr": training_args.learning_rate,
-        "warmup_steps": training_args.warmup_steps,
+        "lr": scaled_learning_rate(learning_rate, global_batch, reference_batch, rule),
+        "warmup_steps": warmup_steps,
     }
 
 
-def deepspeed_lr_values(ds_config: dict | None, learning_rate: float) -> dict:
+def deepspeed_lr_values(lr_keys: tuple[str, ...], learning_rate: float) -> dict:
     """TrainingArguments already filled the DeepSpeed config's "auto" lr (offload configs carry an optimizer block):
-    the keys that must carry the scaled lr too, so DeepSpeed's optimizer gets the same value as the Trainer's."""
-    config = ds_config or {}
-    values = {}
-    if "lr" in config.get("optimizer", {}).get("params", {}):
-        values["optimizer.params.lr"] = learning_rate
-    if "warmup_max_lr" in config.get("scheduler", {}).get("params", {}):
-        values["scheduler.params.warmup_max_lr"] = learning_rate
-    return values
+    the scaled lr for the keys that carry it there (`Engine.reading.lr_keys`: "optimizer.params.lr",
+    "scheduler.params.warmup_max_lr"), so DeepSpeed's optimizer gets the same value as the Trainer's."""
+    return dict.fromkeys(lr_keys, learning_rate)

@@ -1,7 +1,10 @@
-"""Reading and checking DeepSpeed JSON configs before any expensive work starts."""
+"""Reading and checking DeepSpeed JSON configs before any expensive work starts: the file loaded and checked once
+(`load_ds_config`), the values the project reads from it read once (`read_config`, when the run's `Engine` is made),
+and the values sized from the model (`model_sized_values`, which `Engine.resolve_for_model` writes)."""
 
 import json
 import os
+from dataclasses import dataclass, field
 from typing import Any
 
 from hf_vit_scaling.errors import UserInputError
@@ -55,22 +58,50 @@ def check_zero_values(zero: dict[str, Any], path: str, flag: str) -> None:
         ) from err
 
 
-def zero_stage(config: dict[str, Any] | None) -> int | None:
-    """ZeRO stage of a loaded config, or None when DeepSpeed is not used."""
+@dataclass(frozen=True)
+class ConfigReading:
+    """What the project reads from the run's DeepSpeed dict, read once (`read_config`) when the run's `Engine` is made:
+    nothing the project writes into the dict afterwards (the scaled lr, sequence parallelism's batch, universal
+    loading, the model-sized values) changes any of it, so every later check and choice reads these values, not the
+    dict. The default is the reading of no config (no DeepSpeed)."""
+
+    zero_stage: int | None = None
+    offload: dict[str, str] = field(default_factory=dict)  # which states are offloaded where: {"optimizer": "cpu"}
+    own_sections: tuple[str, ...] = ()  # "optimizer", "scheduler": what DeepSpeed builds itself instead of the Trainer
+    lr_keys: tuple[str, ...] = ()  # the dotted keys of those sections that carry the learning rate
+    zero_written: frozenset[str] = frozenset()  # zero_optimization keys the user gave a value (not "auto")
+    timers_written: bool = False  # the config has a `timers` section of its own
+    # Gradient buckets reduced by reduce-scatter: False with reduce_scatter false while gradients are contiguous, the
+    # path on which DeepSpeed averages some buckets over a sequence-parallel group and sums others.
+    reduce_scatter: bool = True
+
+
+NO_DEEPSPEED = ConfigReading()
+
+
+def read_config(config: dict[str, Any] | None) -> ConfigReading:
+    """The `ConfigReading` of a loaded DeepSpeed dict (None: no DeepSpeed)."""
     if config is None:
-        return None
-    return int(config.get("zero_optimization", {}).get("stage", 0))
-
-
-def offload_targets(config: dict[str, Any] | None) -> dict[str, str]:
-    """Which states a config offloads and where, e.g. {"optimizer": "cpu", "param": "cpu"}."""
-    zero = (config or {}).get("zero_optimization", {})
-    targets = {}
-    for state in ("optimizer", "param"):
-        device = zero.get(f"offload_{state}", {}).get("device", "none")
-        if device not in (None, "none"):
-            targets[state] = device
-    return targets
+        return NO_DEEPSPEED
+    zero = config.get("zero_optimization", {})
+    devices = {state: zero.get(f"offload_{state}", {}).get("device", "none") for state in ("optimizer", "param")}
+    own = tuple(section for section in ("optimizer", "scheduler") if section in config)
+    lr_keys = tuple(
+        f"{section}.params.{key}"
+        for section, key in (("optimizer", "lr"), ("scheduler", "warmup_max_lr"))
+        if key in config.get(section, {}).get("params", {})
+    )
+    return ConfigReading(
+        zero_stage=int(zero.get("stage", 0)),
+        offload={state: device for state, device in devices.items() if device not in (None, "none")},
+        own_sections=own,
+        lr_keys=lr_keys,
+        zero_written=frozenset(key for key, value in zero.items() if value != "auto"),  # a number always wins
+        timers_written="timers" in config,
+        reduce_scatter=not (
+            zero.get("reduce_scatter", True) is False and zero.get("contiguous_gradients", True) is not False
+        ),
+    )
 
 
 def check_ds_config_against_flags(mismatches) -> None:
@@ -125,15 +156,11 @@ def bucket_flushes(numels_in_backward_order: list[int], bucket: int) -> int:
     return flushes + (filled > 0)
 
 
-def _is_unset(section: dict, key: str) -> bool:
-    """A value the user did not write: absent, or "auto" (the Trainer's placeholder). A number always wins."""
-    return section.get(key, "auto") == "auto"
-
-
-def model_sized_values(config: dict[str, Any], tensor_numels: list[int], small_tensor_max: int, world_size: int,
+def model_sized_values(config: ConfigReading, tensor_numels: list[int], small_tensor_max: int, world_size: int,
                        layer_class: str | None, on_gpu: bool = True) -> dict[str, tuple[Any, str]]:  # fmt: skip
-    """The values of `config` that depend on the model, chosen from its real tensors: {dotted key: (value, reason)}.
-    Only keys the user left out or set to "auto" are chosen; a number in the file always wins.
+    """The values of a DeepSpeed config (its `ConfigReading`) that depend on the model, chosen from its real tensors:
+    {dotted key: (value, reason)}. Only keys the user left out or set to "auto" are chosen; a number in the file
+    always wins.
 
     - gradient buckets (`reduce_bucket_size`; ZeRO-1/2 `allgather_bucket_size`; ZeRO-3 `stage3_prefetch_bucket_size`):
       `gradient_bucket_elements`;
@@ -151,8 +178,7 @@ def model_sized_values(config: dict[str, Any], tensor_numels: list[int], small_t
       `step()` when the engine got no dataloader (under the Trainer); the throughput report times steps itself.
     `tensor_numels`: every trainable tensor's full element count (ZeRO-3: `ds_numel`); `small_tensor_max`: the
     largest one with fewer than 2 dimensions."""
-    stage = zero_stage(config)
-    zero = config.get("zero_optimization", {})
+    stage, written = config.zero_stage or 0, config.zero_written
     values: dict[str, tuple[Any, str]] = {}
     if stage >= 1:
         bucket, flushes = gradient_bucket_elements(tensor_numels, world_size)
@@ -163,7 +189,7 @@ def model_sized_values(config: dict[str, Any], tensor_numels: list[int], small_t
         )
         keys = ["reduce_bucket_size", "stage3_prefetch_bucket_size" if stage == 3 else "allgather_bucket_size"]
         for key in keys:
-            if _is_unset(zero, key):
+            if key not in written:
                 values[f"zero_optimization.{key}"] = (bucket, why)
     if stage >= 2:
         overlap = on_gpu and world_size > 1
@@ -171,25 +197,15 @@ def model_sized_values(config: dict[str, Any], tensor_numels: list[int], small_t
             "overlaps the reduction with the backward" if overlap else "nothing to overlap with (one process or a CPU)"
         )
         for key in ("overlap_comm", "contiguous_gradients"):
-            if _is_unset(zero, key):
+            if key not in written:
                 values[f"zero_optimization.{key}"] = (overlap, why)
-    if stage == 3 and _is_unset(zero, "stage3_param_persistence_threshold"):
+    if stage == 3 and "stage3_param_persistence_threshold" not in written:
         values["zero_optimization.stage3_param_persistence_threshold"] = (
             small_tensor_max + 1,
             "every weight matrix partitioned, biases and norms kept whole",
         )
-    if stage == 3 and layer_class and "leaf_module" not in zero:
+    if stage == 3 and layer_class and "leaf_module" not in written:
         values["zero_optimization.leaf_module"] = ({"classes": [layer_class]}, "each encoder layer gathered whole")
-    if "timers" not in config:
+    if not config.timers_written:
         values["timers"] = ({"throughput": {"enabled": False}}, "DeepSpeed's timer syncs the device every step")
     return values
-
-
-def set_values(config: dict[str, Any], values: dict[str, Any]) -> None:
-    """Write {dotted key: value} into a DeepSpeed dict ("zero_optimization.reduce_bucket_size")."""
-    for dotted, value in values.items():
-        *sections, key = dotted.split(".")
-        node = config
-        for section in sections:
-            node = node.setdefault(section, {})
-        node[key] = value

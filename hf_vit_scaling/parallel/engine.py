@@ -7,19 +7,20 @@ One code path per engine, all through the Trainer:
   accelerate's FullyShardedDataParallelPlugin -> torch's `fully_shard` on every `ViTLayer` and the root).
 - the plain Trainer: one process, or DDP when several processes are launched.
 
-`engine_of` is the one place that reads the engine out of TrainingArguments; `parse_args` calls it once, and every
-later reader (the checks, the world's setup, the learning-rate scaling, the resume, the reports) uses that `Engine`.
-Its `ds_config` is the very dict the Trainer builds DeepSpeed from. Every value the project sets in it goes through
-`Engine.set_values` (the scaled lr, sequence parallelism's batch arithmetic, universal loading) or
-`Engine.resolve_for_model` (bucket sizes, ZeRO-3 persistence and leaf modules, timers: chosen from the model's
-tensors), each recorded with its reason in `Engine.resolved`, which the throughput report and the model card print.
-transformers' `trainer_config_finalize` then fills only the "auto" values left (batch, precision, clipping).
+`engine_of` makes the run's engine from what TrainingArguments built (`parse_args` hands it those values once), and
+every later reader (the checks, the world's setup, the learning-rate scaling, the resume, the reports) uses that
+`Engine`. Its `ds_config` is the very dict the Trainer builds DeepSpeed from; the values the project reads from it are
+read once, when the Engine is made (`Engine.reading`, `deepspeed_config.read_config`), and every value the project
+sets in it is written here: `Engine.set_values` (the scaled lr, sequence parallelism's batch arithmetic, universal
+loading) or `Engine.resolve_for_model` (bucket sizes, ZeRO-3 persistence and leaf modules, timers: chosen from the
+model's tensors), each recorded with its reason in `Engine.resolved`, which the throughput report and the model card
+print. transformers' `trainer_config_finalize` then fills only the "auto" values left (batch, precision, clipping).
 """
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from hf_vit_scaling.parallel.deepspeed_config import model_sized_values, offload_targets, set_values, zero_stage
+from hf_vit_scaling.parallel.deepspeed_config import ConfigReading, model_sized_values, read_config
 from hf_vit_scaling.parallel.distributed import init_deepspeed_comm
 
 
@@ -34,24 +35,34 @@ class Engine:
     fsdp_plugin_args: dict[str, Any] = field(default_factory=dict)  # TrainingArguments.fsdp_plugin_args
     ds_config_mismatches: tuple[str, ...] = ()  # config values that contradict the flags (transformers' list)
     resolved: dict[str, dict] = field(default_factory=dict, compare=False)  # {dotted key: {"value", "reason"}}
-    # Read once from the config (nothing the project sets changes them): the ZeRO stage (None without DeepSpeed)
-    # and which states are offloaded where, e.g. {"optimizer": "cpu"}.
+    # Read once from the config (nothing the project sets changes them): what the project reads from the DeepSpeed
+    # dict (`ConfigReading`: the stage, the offload, the sections DeepSpeed builds itself, ...), and from it the ZeRO
+    # stage (None without DeepSpeed) and which states are offloaded where, e.g. {"optimizer": "cpu"}.
+    reading: ConfigReading = field(init=False, default_factory=ConfigReading, compare=False)
     zero_stage: int | None = field(init=False, default=None)
     offload: dict[str, str] = field(init=False, default_factory=dict)
 
     def __post_init__(self):
+        reading = read_config(self.ds_config)
         if self.kind == "fsdp":  # CPUOffloadPolicy offloads both
             offload = {"optimizer": "cpu", "param": "cpu"} if self.fsdp_cpu_offload else {}
         else:
-            offload = offload_targets(self.ds_config)
-        object.__setattr__(self, "zero_stage", zero_stage(self.ds_config))
+            offload = reading.offload
+        object.__setattr__(self, "reading", reading)
+        object.__setattr__(self, "zero_stage", reading.zero_stage)
         object.__setattr__(self, "offload", offload)
 
     def set_values(self, values: dict[str, Any], reason: str) -> None:
-        """Set {dotted key: value} in the run's DeepSpeed dict (nothing without DeepSpeed), recording why."""
+        """Write {dotted key: value} into the run's DeepSpeed dict ("zero_optimization.reduce_bucket_size"; nothing
+        without DeepSpeed), recording why."""
         if self.ds_config is None or not values:
             return
-        set_values(self.ds_config, values)
+        for dotted, value in values.items():
+            *sections, key = dotted.split(".")
+            node = self.ds_config
+            for section in sections:
+                node = node.setdefault(section, {})
+            node[key] = value
         self.resolved.update({key: {"value": value, "reason": reason} for key, value in values.items()})
 
     def resolve_for_model(self, model, world_size: int, on_gpu: bool = True) -> None:
@@ -63,7 +74,7 @@ class Engine:
         numels = [int(getattr(p, "ds_numel", p.numel())) for p in params]  # ZeRO-3 built it partitioned
         small = [n for p, n in zip(params, numels) if len(getattr(p, "ds_shape", p.shape)) < 2]
         layer = encoder_layer_class(model)
-        for key, (value, reason) in model_sized_values(self.ds_config, numels, max(small, default=0), world_size,
+        for key, (value, reason) in model_sized_values(self.reading, numels, max(small, default=0), world_size,
                                                        layer, on_gpu).items():  # fmt: skip
             self.set_values({key: value}, reason)
 
@@ -103,27 +114,29 @@ def encoder_layer_class(model) -> str | None:
     return f"{block.__module__}.{block.__qualname__}"
 
 
-def engine_of(training_args, ds_config_path: str | None = None) -> Engine:
-    """The engine TrainingArguments select, read once (parse_args already checked and loaded any DeepSpeed/FSDP
-    config): the DeepSpeed dict the Trainer will use, not a copy. `ds_config_path`: the file it was read from
-    (parse_args hands TrainingArguments the dict)."""
-    if training_args.deepspeed:
-        path = training_args.deepspeed if isinstance(training_args.deepspeed, str) else ds_config_path
-        hf_config = training_args.hf_deepspeed_config
-        mismatches = tuple(m.strip("- ").strip() for m in getattr(hf_config, "mismatches", []))
-        return Engine("deepspeed", hf_config.config, path, ds_config_mismatches=mismatches)
-    if training_args.fsdp_plugin_args:
-        return Engine("fsdp", fsdp_plugin_args=dict(training_args.fsdp_plugin_args))
+def engine_of(
+    hf_deepspeed_config=None, fsdp_plugin_args: dict | None = None, ds_config_path: str | None = None
+) -> Engine:
+    """The engine of a run, from what TrainingArguments built (parse_args already checked and loaded any DeepSpeed/FSDP
+    config, and hands over these values once): `hf_deepspeed_config`, transformers' DeepSpeed config when DeepSpeed
+    runs (its `config` is the dict the Trainer will use, not a copy; its `mismatches`, config values that contradict
+    the flags); else `fsdp_plugin_args` when FSDP runs. `ds_config_path`: the file the DeepSpeed dict was read from."""
+    if hf_deepspeed_config is not None:
+        mismatches = tuple(m.strip("- ").strip() for m in getattr(hf_deepspeed_config, "mismatches", []))
+        return Engine("deepspeed", hf_deepspeed_config.config, ds_config_path, ds_config_mismatches=mismatches)
+    if fsdp_plugin_args:
+        return Engine("fsdp", fsdp_plugin_args=dict(fsdp_plugin_args))
     return Engine("trainer")
 
 
-def start_engine(engine: Engine, training_args) -> None:
+def start_engine(engine: Engine, device_type: str, mixed_precision: str) -> None:
     """What must exist before the model is built: ZeRO-3 builds it partitioned, so DeepSpeed must know the world;
-    FSDP2 on a CPU world needs accelerate told (see `select_fsdp_on_cpu`)."""
+    FSDP2 on a CPU world (`device_type` "cpu") needs accelerate told, with the Trainer's `mixed_precision` (see
+    `select_fsdp_on_cpu`)."""
     if engine.kind == "deepspeed":
         init_deepspeed_comm()
-    elif engine.kind == "fsdp" and training_args.device.type == "cpu":
-        select_fsdp_on_cpu(engine.fsdp_plugin_args, training_args.mixed_precision)
+    elif engine.kind == "fsdp" and device_type == "cpu":
+        select_fsdp_on_cpu(engine.fsdp_plugin_args, mixed_precision)
 
 
 def select_fsdp_on_cpu(fsdp_plugin_args: dict, mixed_precision: str) -> None:

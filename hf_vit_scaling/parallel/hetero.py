@@ -120,19 +120,22 @@ class _EpochAwareLoader(torch.utils.data.DataLoader):
         self.batch_sampler.set_epoch(epoch)
 
 
-def uneven_batch_loader(dataset, sizes: list[int], args, collate_fn) -> torch.utils.data.DataLoader:
-    """This rank's loader of `sizes[rank]`-image slices of each global batch; `args` are the TrainingArguments. Not
-    to be passed through accelerate's prepare() (that would shard the batches again): the Trainer moves each batch
-    to the device itself."""
-    sampler = UnevenBatchSampler(
-        len(dataset), sizes, args.process_index, seed=args.data_seed or args.seed, drop_last=args.dataloader_drop_last
-    )
+def uneven_batch_loader(
+    dataset,
+    sizes: list[int],
+    collate_fn,
+    rank: int,
+    seed: int,
+    drop_last: bool = False,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+) -> torch.utils.data.DataLoader:
+    """This rank's loader of `sizes[rank]`-image slices of each global batch (the rest: the Trainer's dataloader
+    settings). Not to be passed through accelerate's prepare() (that would shard the batches again): the Trainer
+    moves each batch to the device itself."""
+    sampler = UnevenBatchSampler(len(dataset), sizes, rank, seed=seed, drop_last=drop_last)
     return _EpochAwareLoader(
-        dataset,
-        batch_sampler=sampler,
-        collate_fn=collate_fn,
-        num_workers=args.dataloader_num_workers,
-        pin_memory=args.dataloader_pin_memory,
+        dataset, batch_sampler=sampler, collate_fn=collate_fn, num_workers=num_workers, pin_memory=pin_memory
     )
 
 
@@ -213,16 +216,17 @@ def parse_shares(spec: str, world_size: int) -> list[float]:
     return shares
 
 
-def balanced_rank_batches(mode: str, model, train_dataset, collate, training_args) -> list[int] | None:
+def balanced_rank_batches(
+    mode: str, model, train_dataset, collate, world: int, per_device_batch: int, device
+) -> list[int] | None:
     """Per-rank micro-batches for `--balance_batches` (None: equal batches): from explicit shares, or from a short
-    calibration of every rank's speed. The same global batch (per-device batch x world) is kept."""
-    world = training_args.world_size
+    calibration of every rank's speed on `device`. The same global batch (per-device batch x world) is kept."""
     if mode == "off" or world == 1:
         return None
-    global_batch = global_batch_size(training_args.per_device_train_batch_size, 1, world)  # per micro-step
+    global_batch = global_batch_size(per_device_batch, 1, world)  # per micro-step
     if mode == "calibrate":
-        model.to(training_args.device)
-        sample = collate([train_dataset[i] for i in range(training_args.per_device_train_batch_size)])
+        model.to(device)
+        sample = collate([train_dataset[i] for i in range(per_device_batch)])
         shares = calibrate_speeds(model, sample)
     else:
         shares = parse_shares(mode, world)

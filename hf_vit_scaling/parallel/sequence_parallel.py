@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.parallel.deepspeed_config import zero_stage
+from hf_vit_scaling.parallel.deepspeed_config import ConfigReading
 from hf_vit_scaling.parallel.distributed import global_batch_size, init_deepspeed_comm
 
 # sdpa only: overriding "eager" in transformers' registry would hand ViT's eager function to every other model type
@@ -47,26 +47,26 @@ SUPPORTED_ATTENTION = ("sdpa",)
 # --------------------------------------------------------------------------- checks (before any expensive work)
 
 
-def sequence_parallel_loss_grad_scale(sp_size: int, ds_config: dict | None) -> float:
+def sequence_parallel_loss_grad_scale(sp_size: int, zero_stage: int | None) -> float:
     """Factor on the loss's gradient so that DeepSpeed's reduction gives the full-batch gradient (module docstring)."""
-    stage = zero_stage(ds_config)
-    return 1.0 if stage == 3 else 1.0 / sp_size
+    return 1.0 if zero_stage == 3 else 1.0 / sp_size
 
 
 def check_sequence_parallel(
     sp_size: int,
     world_size: int,
-    ds_config: dict | None,
+    ds_config: ConfigReading,
     num_attention_heads: int | None = None,
     attn_implementation: str = "sdpa",
     balance_batches: str = "off",
 ) -> None:
-    """Refuse what sequence parallelism cannot do, naming the flag and the fix."""
+    """Refuse what sequence parallelism cannot do, naming the flag and the fix. `ds_config`: the run's DeepSpeed config
+    as its Engine read it (`Engine.reading`; no stage without DeepSpeed)."""
     if sp_size < 1:
         raise UserInputError(f"--sequence_parallel_size must be >= 1, got {sp_size}.")
     if sp_size == 1:
         return
-    if ds_config is None:
+    if ds_config.zero_stage is None:
         raise UserInputError(
             "--sequence_parallel_size needs DeepSpeed (its Ulysses attention and process groups). "
             "Fix: add --ds_config ds_configs/zero2.json (ZeRO 0-3 are supported)."
@@ -77,12 +77,7 @@ def check_sequence_parallel(
             "(world size = data-parallel replicas x sequence-parallel size). Fix: launch a multiple "
             f"of {sp_size} processes or pick a divisor of {world_size}."
         )
-    zero = ds_config.get("zero_optimization", {})
-    if (
-        zero_stage(ds_config) == 3
-        and zero.get("reduce_scatter", True) is False
-        and zero.get("contiguous_gradients", True) is not False
-    ):
+    if ds_config.zero_stage == 3 and not ds_config.reduce_scatter:
         raise UserInputError(
             "--sequence_parallel_size with ZeRO-3 needs zero_optimization.reduce_scatter true (the "
             "default): with reduce_scatter false DeepSpeed averages some gradient buckets over the SP "
@@ -363,11 +358,11 @@ def shard_dataloader_by_data_parallel_rank(dataloader, dp_size: int, dp_rank: in
     return dataloader
 
 
-def setup_sequence_parallel(sp_size: int, ds_config: dict | None) -> ViTSequenceParallel | None:
+def setup_sequence_parallel(sp_size: int, zero_stage: int | None) -> ViTSequenceParallel | None:
     """Build DeepSpeed's SP groups and mpu; call after `init_deepspeed_comm` and before the model is built
     (ZeRO-3's zero.Init partitions over the sequence-data-parallel world), once the DeepSpeed config the Trainer will
     use holds `sequence_parallel_ds_values`. None when sp_size is 1."""
     if sp_size <= 1:
         return None
     init_sequence_parallel_groups(sp_size)
-    return ViTSequenceParallel(sp_size, sequence_parallel_loss_grad_scale(sp_size, ds_config))
+    return ViTSequenceParallel(sp_size, sequence_parallel_loss_grad_scale(sp_size, zero_stage))

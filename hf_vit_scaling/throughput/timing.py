@@ -202,6 +202,14 @@ class ThroughputCallback(TrainerCallback):
             torch.cuda.reset_peak_memory_stats(self.device)
         precision = precision_name(args.bf16, args.fp16, args.tf32)
         self.peak_tflops, self.peak_source = device_peak_tflops(args.device, precision, self.user_peak_tflops)
+        # The Trainer's settings the report names, read here from the arguments the Trainer hands its callbacks.
+        self.trainer_settings = {
+            "per_device_train_batch_size": args.per_device_train_batch_size,
+            "gradient_accumulation_steps": args.gradient_accumulation_steps,
+            "precision": precision,
+            "torch_compile": bool(args.torch_compile),
+            "compile_backend": args.torch_compile_backend if args.torch_compile else None,
+        }
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._step_begin = self.marks.mark()
@@ -263,7 +271,7 @@ class ThroughputCallback(TrainerCallback):
             hook.remove()
         self._hooks = []
         self.flush()
-        self.report = summarize(gather_object(self._local_figures()), self._setup(args))
+        self.report = summarize(gather_object(self._local_figures()), self._setup())
         if state.is_world_process_zero:
             os.makedirs(args.output_dir, exist_ok=True)
             with open(os.path.join(args.output_dir, REPORT_FILENAME), "w", encoding="utf-8") as f:
@@ -343,17 +351,18 @@ class ThroughputCallback(TrainerCallback):
         """FLOPs per training image the MFU counts: the student's forward + backward and the teacher's forward."""
         return self._train_flops() + (self._teacher_flops() or 0)
 
-    def _setup(self, args) -> dict:
+    def _setup(self) -> dict:
         config = self.model.config
         engine = self.engine
+        settings = self.trainer_settings
         return {
             "engine": engine.kind if engine is not None else "trainer",
-            "per_device_train_batch_size": args.per_device_train_batch_size,
-            "gradient_accumulation_steps": args.gradient_accumulation_steps,
+            "per_device_train_batch_size": settings["per_device_train_batch_size"],
+            "gradient_accumulation_steps": settings["gradient_accumulation_steps"],
             "zero_stage": engine.zero_stage if engine is not None else None,
             "offload": engine.offload if engine is not None else {},
             "deepspeed_resolved": dict(engine.resolved) if engine is not None else {},
-            "precision": precision_name(args.bf16, args.fp16, args.tf32),
+            "precision": settings["precision"],
             "image_size": as_pair(config.image_size)[0],
             "patch_size": as_pair(config.patch_size)[0] if has_patches(config) else None,
             "tokens_per_image": tokens_per_image(config),
@@ -369,8 +378,8 @@ class ThroughputCallback(TrainerCallback):
             "peak_tflops": self.peak_tflops,
             "peak_source": self.peak_source,
             "memory_kind": "allocated_peak_bytes" if self.device_type == "cuda" else "rss_peak_bytes",
-            "torch_compile": bool(args.torch_compile),
-            "compile_backend": args.torch_compile_backend if args.torch_compile else None,
+            "torch_compile": settings["torch_compile"],
+            "compile_backend": settings["compile_backend"],
         }
 
 

@@ -16,7 +16,7 @@ import os
 from dataclasses import asdict, dataclass
 
 from hf_vit_scaling.data.input_pipeline import attach_input_path
-from hf_vit_scaling.data.streaming.load import split_size
+from hf_vit_scaling.data.streaming.load import StreamBatches, split_size
 from hf_vit_scaling.evaluation.card_facts import model_card_facts, teacher_card_rows
 from hf_vit_scaling.evaluation.metrics import make_module_compute_metrics, save_class_report
 from hf_vit_scaling.evaluation.model_card import load_card_facts, teacher_accuracy
@@ -90,14 +90,19 @@ def prepare_world(args) -> World:
     sp_size = args.engine.sequence_parallel_size
     engine = args.run_engine  # resolved once by parse_args
     optimization = Optimization(**asdict(args.lr), layer_decay=args.regularization.layer_decay)
-    lr_info = optimization.scale_learning_rate(training, sp_size)
-    engine.set_values(deepspeed_lr_values(engine.ds_config, training.learning_rate), f"--lr_scaling {lr_info['rule']}")
-    start_engine(engine, training)
+    lr_info = optimization.scale_learning_rate(training.learning_rate, training.warmup_steps,
+                                               training.per_device_train_batch_size,
+                                               training.gradient_accumulation_steps, training.world_size,
+                                               sp_size)  # fmt: skip
+    training.learning_rate, training.warmup_steps = lr_info["lr"], lr_info["warmup_steps"]  # the Trainer's, and
+    engine.set_values(deepspeed_lr_values(engine.reading.lr_keys, lr_info["lr"]),  # DeepSpeed's optimizer block
+                      f"--lr_scaling {lr_info['rule']}")  # fmt: skip
+    start_engine(engine, training.device.type, training.mixed_precision)
     if sp_size > 1:
         engine.set_values(sequence_parallel_ds_values(sp_size, training.per_device_train_batch_size,
                                                       training.gradient_accumulation_steps, training.world_size),
                           f"--sequence_parallel_size {sp_size}: batch counted per data-parallel replica")  # fmt: skip
-    sequence_parallel = setup_sequence_parallel(sp_size, engine.ds_config)
+    sequence_parallel = setup_sequence_parallel(sp_size, engine.zero_stage)
     resume_from = resume_checkpoint(training, engine)
     check_ema_resumable(args.regularization.ema_decay, resume_from)  # the EMA state must be there
     return World(engine, lr_info, sequence_parallel, resume_from, optimization)
@@ -198,11 +203,15 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str,
     smoothing = args.training.label_smoothing_factor  # applied by the augmenter's loss, before mixing
     augmenter = BatchAugmenter.from_arguments(reg, len(data.label_names), mean, std, smoothing)
     loss, distillation = choose_loss(args, data, augmenter)  # reads the training labels: before the transforms
-    pipeline = attach_input_path(data, args.data, args.training, size, mean, std, reg.eval_crop_pct,
-                                 world.resume_from)  # fmt: skip
+    training = args.training
+    stream_batches = StreamBatches(training.per_device_train_batch_size, training.dataloader_drop_last,
+                                   training.dataloader_num_workers)  # fmt: skip
+    pipeline = attach_input_path(data, args.data, size, mean, std, training.device.type == "cpu", training.seed,
+                                 stream_batches, reg.eval_crop_pct, world.resume_from)  # fmt: skip
     attach_extension_points(args, world, model, pipeline, augmenter, distillation)
     rank_batches = balanced_rank_batches(args.cluster.balance_batches, model, pipeline.splits["train"],
-                                         pipeline.collate, args.training)  # fmt: skip
+                                         pipeline.collate, training.world_size, training.per_device_train_batch_size,
+                                         training.device)  # fmt: skip
     card = card_facts(args, world, data, model, model_desc) if classifier else None
     if distillation is not None:
         card["setup"] |= teacher_card_rows(args.distillation)

@@ -137,13 +137,16 @@ class VitTrainer(UpstreamOverrides):
 
     def _train_dataloader_for_this_run(self):
         if isinstance(self.train_dataset, StreamingTrainData):  # batches made in the stream, one rank's shards
-            return self.train_dataset.loader(self.args)
+            return self.train_dataset.loader(self.args.dataloader_pin_memory, self.args.dataloader_prefetch_factor,
+                                             self.args.dataloader_multiprocessing_context)  # fmt: skip
         if self.sequence_parallel is not None:
             sp = self.sequence_parallel
             return shard_dataloader_by_data_parallel_rank(super().get_train_dataloader(), sp.dp_size, sp.dp_rank)
         if not self.rank_batches:
             return super().get_train_dataloader()
-        return uneven_batch_loader(self.train_dataset, self.rank_batches, self.args, self.data_collator)
+        return uneven_batch_loader(self.train_dataset, self.rank_batches, self.data_collator, self.args.process_index,
+                                   self.args.data_seed or self.args.seed, self.args.dataloader_drop_last,
+                                   self.args.dataloader_num_workers, self.args.dataloader_pin_memory)  # fmt: skip
 
     def _loss_normalised_by_global_count(self, num_items_in_batch) -> bool:
         """transformers 5 already sums each rank's loss and divides by the item count of the whole global batch
@@ -204,8 +207,8 @@ class VitTrainer(UpstreamOverrides):
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         if self.lr_scheduler is None:  # `optim.build.Optimization`: None leaves the Trainer's --lr_scheduler_type
-            stepped = self.optimizer if optimizer is None else optimizer
-            self.lr_scheduler = self.optimization.scheduler(self.args, stepped, num_training_steps)
+            opt, n, args = self.optimizer if optimizer is None else optimizer, num_training_steps, self.args
+            self.lr_scheduler = self.optimization.scheduler(opt, n, args.get_warmup_steps(n), args.lr_scheduler_kwargs)
         return super().create_scheduler(num_training_steps, optimizer)
 
     def evaluate(self, *args, metric_key_prefix: str = "eval", **kwargs):

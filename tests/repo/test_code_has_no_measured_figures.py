@@ -60,7 +60,7 @@ ALLOWED: dict[str, dict[str, str]] = {
     "benchmarks/hetero_balance.py": {"2x": "the slowdown the benchmark simulates (--simulate_slow_ranks 1:2.0)"},
     "benchmarks/planner_published.py": {"80GB": "the GPU's product name (H100 SXM 80GB)"},
     "benchmarks/variable_size_accuracy.py": {"5%": "the warm-up share the benchmark sets"},
-    "hf_vit_scaling/arguments/data.py": {"8%": "torchvision's and timm's default crop scale (0.08, 1): a default"},
+    "hf_vit_scaling/data/host_transforms.py": {"8%": "torchvision's and timm's default crop scale (0.08, 1)"},
     "hf_vit_scaling/evaluation/classification_metrics.py": {"100%": "what a rule the code avoids would score"},
     "hf_vit_scaling/medical/duplicates.py": {"20%": "the size of a random hold-out split: a setting"},
     "hf_vit_scaling/models/flops.py": {

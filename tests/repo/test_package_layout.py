@@ -186,6 +186,77 @@ def run_object_takers(root: Path, layers=LAYERS) -> dict[str, list[str]]:
     return takers
 
 
+# The Trainer's own arguments stay above the layers too: `TrainingArguments` is built by `arguments/` and handed on by
+# `training/` (layer 6); below it a function takes the values it needs (a batch size, a seed, a device type, the
+# DeepSpeed dict), so the data, parallel, optim, ... layers do not depend on the Trainer's argument object. Found as
+# for the run's objects, by import and by use: the name `TrainingArguments` in code (an import, an annotation, an
+# isinstance), a parameter named as the project names it (`training_args`), or one read for two of its fields under
+# any name (`a.per_device_train_batch_size`, `a.seed`). The Trainer's callback events (`on_<event>(self, args, state,
+# control, ...)`) are its own interface: the Trainer hands every callback its arguments, so those are not counted.
+TRAINING_ARGUMENTS = "TrainingArguments"
+TRAINING_ARGUMENTS_NAME = "training_args"
+TRAINING_ARGUMENTS_LAYER = 6
+# Modules that take them today, each with the reason; the test fails when one no longer does (remove it here).
+KNOWN_TRAINING_ARGUMENTS_TAKERS: dict[str, str] = {
+    "hf_vit_scaling.evaluation.card_facts": "model_card_facts(training) reads eleven of the Trainer's settings for "
+    "the card's setup table (batch, accumulation, lr, epochs, precision, seed, ...); still to be handed values",
+}
+
+
+def training_arguments_fields() -> set[str]:
+    """The fields and properties of transformers' TrainingArguments (`world_size`, `device`, ...)."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    properties = {name for name, value in vars(TrainingArguments).items() if isinstance(value, property)}
+    return {f.name for f in dataclasses.fields(TrainingArguments)} | properties
+
+
+def _is_callback_event(node, params) -> bool:
+    return getattr(node, "name", "").startswith("on_") and [p.arg for p in params[:3]] == ["args", "state", "control"]
+
+
+def training_arguments_uses(path: Path, fields: set[str]) -> list[str]:
+    """Where `path` names TrainingArguments in code ('TrainingArguments@LINE') or takes them
+    ('function(parameter)')."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Name) and node.id == TRAINING_ARGUMENTS:
+            found.append(f"{TRAINING_ARGUMENTS}@{node.lineno}")
+        elif isinstance(node, ast.Attribute) and node.attr == TRAINING_ARGUMENTS:
+            found.append(f"{TRAINING_ARGUMENTS}@{node.lineno}")
+        elif isinstance(node, ast.ImportFrom) and any(a.name == TRAINING_ARGUMENTS for a in node.names):
+            found.append(f"{TRAINING_ARGUMENTS}@{node.lineno}")
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        params = [p for p in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)
+                  if p.arg not in ("self", "cls")]  # fmt: skip
+        if _is_callback_event(node, params):
+            continue
+        read = {}  # parameter -> the attributes read from it in the function
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name):
+                read.setdefault(sub.value.id, set()).add(sub.attr)
+        for param in params:
+            used = read.get(param.arg, set()) & fields
+            if (TRAINING_ARGUMENTS in _annotation_names(param.annotation) or param.arg == TRAINING_ARGUMENTS_NAME
+                    or len(used) >= 2):  # fmt: skip
+                found.append(f"{getattr(node, 'name', 'lambda')}({param.arg})")
+    return sorted(set(found))
+
+
+def training_arguments_takers(root: Path, layers=LAYERS, fields: set[str] | None = None) -> dict[str, list[str]]:
+    """{module: where it names or takes TrainingArguments} for every module below TRAINING_ARGUMENTS_LAYER."""
+    fields = training_arguments_fields() if fields is None else fields
+    takers = {}
+    for name, path in package_modules(root).items():
+        here = place(name, layers)
+        if here is not None and here[0] < TRAINING_ARGUMENTS_LAYER and (uses := training_arguments_uses(path, fields)):
+            takers[name] = uses
+    return takers
+
+
 def write_package(root: Path, files: dict[str, str]) -> Path:
     for relative, text in files.items():
         path = root / relative
@@ -215,6 +286,16 @@ def test_no_module_below_training_takes_the_parsed_arguments_or_the_world():
     assert unknown == {}, f"below layer {RUN_OBJECT_LAYER}, taking the recipe's args/World (pass values): {unknown}"
     stale = sorted(set(KNOWN_RUN_OBJECT_TAKERS) - set(takers))
     assert stale == [], f"no longer take args/World: remove them from KNOWN_RUN_OBJECT_TAKERS: {stale}"
+
+
+def test_no_module_below_training_names_or_takes_the_training_arguments():
+    """Below `training/` (layer 6) no module names TrainingArguments or takes them (by their usual name or read for two
+    of their fields), except the known ones listed with a reason: it takes the values it needs."""
+    takers = training_arguments_takers(REPO / PACKAGE)
+    unknown = {module: uses for module, uses in takers.items() if module not in KNOWN_TRAINING_ARGUMENTS_TAKERS}
+    assert unknown == {}, f"below layer {TRAINING_ARGUMENTS_LAYER}, taking TrainingArguments (pass values): {unknown}"
+    stale = sorted(set(KNOWN_TRAINING_ARGUMENTS_TAKERS) - set(takers))
+    assert stale == [], f"no longer take TrainingArguments: remove them from KNOWN_TRAINING_ARGUMENTS_TAKERS: {stale}"
 
 
 def test_the_layers_of_the_test_are_the_layers_of_the_docs():
@@ -319,4 +400,32 @@ def test_a_lower_module_taking_args_or_world_is_found(tmp_path):
         "pkg.data.load": ["load(args: RecipeArguments)"],
         "pkg.data.stream": ["stream(a: RecipeArguments)"],
         "pkg.evaluation.card": ["card(w: World)"],
+    }
+
+
+def test_a_lower_module_taking_the_training_arguments_is_found(tmp_path):
+    """Each module below layer 6 here names or takes TrainingArguments one way; the training layer and a callback
+    event may. Fails if the check drops one of its rules (the name, the usual parameter name, two fields read)."""
+    root = write_package(tmp_path / "pkg", {
+        "__init__.py": "",
+        "training/__init__.py": "",
+        "training/run.py": "from transformers import TrainingArguments\n"
+                           "def prepare(training_args):\n    return training_args.seed\n",  # its own layer: allowed
+        "parallel/__init__.py": "",
+        "parallel/engine.py": "def start(engine, training_args):\n    return engine\n",  # by its usual name
+        "parallel/hetero.py": "def loader(args):\n    return args.seed, args.dataloader_num_workers\n",  # two fields
+        "parallel/fine.py": "def loader(seed, args):\n    return seed, args.seed\n",  # one field: a value's name
+        "data/__init__.py": "",
+        "data/pipeline.py": "import transformers\n"
+                            "def attach(t: transformers.TrainingArguments):\n    return t\n",  # annotated
+        "throughput/__init__.py": "",
+        "throughput/timing.py": "class Timing:\n"
+                                "    def on_train_begin(self, args, state, control, **kwargs):\n"
+                                "        return args.seed, args.output_dir\n",  # the Trainer's callback event
+    })  # fmt: skip
+    fields = {"seed", "dataloader_num_workers", "output_dir", "per_device_train_batch_size"}
+    assert training_arguments_takers(root, fields=fields) == {
+        "pkg.data.pipeline": ["TrainingArguments@2", "attach(t)"],
+        "pkg.parallel.engine": ["start(training_args)"],
+        "pkg.parallel.hetero": ["loader(args)"],
     }

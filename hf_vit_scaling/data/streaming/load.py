@@ -25,6 +25,16 @@ from hf_vit_scaling.log import logger
 from hf_vit_scaling.parallel.distributed import rank_and_world
 
 
+@dataclass(frozen=True)
+class StreamBatches:
+    """How a stream batches its training examples: the Trainer's --per_device_train_batch_size,
+    --dataloader_drop_last and --dataloader_num_workers (the stream makes the batches, not the Trainer's loader)."""
+
+    batch_size: int
+    drop_last: bool = False
+    num_workers: int = 0
+
+
 @dataclass
 class StreamingData:
     """`load_image_classification_data`'s result under --streaming: a training stream and in-memory eval rows."""
@@ -148,17 +158,15 @@ def example_transform(data: StreamingData, pixels_of):
     return to_example
 
 
-def attach_streaming_transforms(data: StreamingData, data_args, training_args, size: int, mean, std,
+def attach_streaming_transforms(data: StreamingData, data_args, batches: StreamBatches, size: int, mean, std,
                                 resume_from: str | None):  # fmt: skip
     """(splits, collate, device preprocessor or None, `InputPath`) for --streaming: the input path
     (`input_path.choose_input_path`, as for map-style data) in its form for a stream (`InputPath.stream_pixels`), the
-    examples the stream makes, batches of `training_args`' --per_device_train_batch_size (its drop-last and worker
-    settings too), and the data position of the checkpoint resumed from."""
+    examples the stream makes, in `batches`, and the data position of the checkpoint resumed from."""
     path = choose_input_path(data, data_args.input_path)
     preprocessor, collate = path.preprocessor(size, mean, std, data_args), path.collate
     train_example = example_transform(data, path.stream_pixels(size, mean, std, True, data_args))
-    data.train.attach(train_example, collate, training_args.per_device_train_batch_size,
-                      training_args.dataloader_drop_last, training_args.dataloader_num_workers)  # fmt: skip
+    data.train.attach(train_example, collate, batches.batch_size, batches.drop_last, batches.num_workers)
     note = data.train.restore(resume_from)
     if note:
         logger.info(f"Resume: {note}")

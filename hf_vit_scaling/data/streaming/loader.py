@@ -118,8 +118,10 @@ class StreamingTrainData(torch.utils.data.IterableDataset):
         docs/streaming.md, "Limits")."""
         return self.shuffle_buffer_size == 0 and self.num_workers == 0
 
-    def loader(self, args) -> "StreamLoader":
-        return StreamLoader(self, args)
+    def loader(self, pin_memory: bool = False, prefetch_factor: int | None = None,
+               multiprocessing_context=None) -> "StreamLoader":  # fmt: skip
+        """The training dataloader, with the Trainer's loader settings (its workers: `attach`'s)."""
+        return StreamLoader(self, pin_memory, prefetch_factor, multiprocessing_context)
 
     # -------------------------------------------------------------- one pass of one worker
 
@@ -202,8 +204,10 @@ class StreamLoader:
     says exactly which batch comes next. Each batch carries the position after it (`stream_position`), which the
     trainer keeps for the checkpoint."""
 
-    def __init__(self, data: StreamingTrainData, args):
-        self.data, self.args = data, args
+    def __init__(self, data: StreamingTrainData, pin_memory: bool = False, prefetch_factor: int | None = None,
+                 multiprocessing_context=None):  # fmt: skip
+        self.data, self.pin_memory = data, pin_memory
+        self.prefetch_factor, self.multiprocessing_context = prefetch_factor, multiprocessing_context
 
     def __iter__(self):
         position = copy.deepcopy(self.data.start_position)
@@ -223,16 +227,16 @@ class StreamLoader:
         it, not from torch's default stream, whose position the checkpoint saves (a new pass started just after a
         checkpoint would otherwise shift every later device-side draw of an uninterrupted run against a resumed one).
         The host transforms draw per row (`drawing_for_row`), so the workers' seeds decide nothing they make."""
-        workers = self.args.dataloader_num_workers
+        workers = self.data.num_workers
         generator = torch.Generator().manual_seed(sample_seed(self.data.seed, pass_index, LOADER_ROW))
         extra = {}
         if workers > 0:
             extra = {
-                "prefetch_factor": self.args.dataloader_prefetch_factor,
-                "multiprocessing_context": self.args.dataloader_multiprocessing_context,
+                "prefetch_factor": self.prefetch_factor,
+                "multiprocessing_context": self.multiprocessing_context,
             }
         return torch.utils.data.DataLoader(self.data, batch_size=None, num_workers=workers, collate_fn=_keep,
-                                           pin_memory=self.args.dataloader_pin_memory, generator=generator,
+                                           pin_memory=self.pin_memory, generator=generator,
                                            **extra)  # fmt: skip
 
     def _one_pass(self, position: StreamPosition):

@@ -75,7 +75,7 @@ def forward_backward_check(image_size: int, checkpointing: bool = False) -> dict
     model = copy.deepcopy(reference)
     if checkpointing:  # layers recomputed in backward: the all-to-alls run again there
         model.gradient_checkpointing_enable()
-    ViTSequenceParallel(SP, sequence_parallel_loss_grad_scale(SP, {"zero_optimization": {"stage": 2}})).attach(model)
+    ViTSequenceParallel(SP, sequence_parallel_loss_grad_scale(SP, 2)).attach(model)
     pixels, labels = batch(image_size, seed=1)
     ref_out = reference(pixel_values=pixels, labels=labels)
     ref_out.loss.backward()
@@ -149,7 +149,9 @@ def zero_steps(spec: str, steps: int = 3, lr: float = 0.5) -> dict:
 
     ds_config.update(sequence_parallel_ds_values(SP, BATCH, 1, world))
     model = build(config)
-    ViTSequenceParallel(SP, sequence_parallel_loss_grad_scale(SP, ds_config)).attach(model)
+    ViTSequenceParallel(SP, sequence_parallel_loss_grad_scale(SP, ds_config["zero_optimization"]["stage"])).attach(
+        model
+    )
     engine, *_ = deepspeed.initialize(
         model=model, optimizer=torch.optim.SGD(model.parameters(), lr=lr), config=ds_config
     )
@@ -215,7 +217,7 @@ if __name__ == "__main__":
     out_path = sys.argv[1]
     dist.init_process_group("gloo")
     deepspeed.init_distributed(dist_backend="gloo")
-    sp_state = setup_sequence_parallel(SP, {"zero_optimization": {"stage": 2}})
+    sp_state = setup_sequence_parallel(SP, 2)
     torch.set_num_threads(1)
     result = {"world_size": dist.get_world_size(), "dp_rank": sp_state.dp_rank, "sp_rank": sp_state.sp_rank}
     result["forward_backward"] = [

@@ -7,6 +7,7 @@ from transformers import HfArgumentParser
 from hf_vit_scaling.arguments.regularization import RegularizationArguments, check_regularization
 from hf_vit_scaling.data.input_path import RESOLVED_PATHS
 from hf_vit_scaling.errors import UserInputError
+from hf_vit_scaling.parallel.deepspeed_config import read_config
 from hf_vit_scaling.regularization.ema import EMA_FILENAME, check_ema_resumable
 
 DEIT = dict(
@@ -71,15 +72,23 @@ def test_the_argument_parser_runs_the_checks():
         parser.parse_args_into_dataclasses(["--random_erasing", "3"])
 
 
-ZERO3 = {"zero_optimization": {"stage": 3}}
+ZERO3 = read_config({"zero_optimization": {"stage": 3}})  # as the run's Engine reads it
 
 
 @pytest.mark.parametrize(
     "flags, context, match",
     [
         (dict(ema_decay=0.999), dict(ds_config=ZERO3), "ZeRO-3"),
-        (dict(layer_decay=0.75), dict(ds_config={"optimizer": {"type": "AdamW"}}), "builds its own optimizer"),
-        (dict(layer_decay=0.75), dict(ds_config={"scheduler": {"type": "WarmupLR"}}), "builds its own scheduler"),
+        (
+            dict(layer_decay=0.75),
+            dict(ds_config=read_config({"optimizer": {"type": "AdamW"}})),
+            "builds its own optimizer",
+        ),
+        (
+            dict(layer_decay=0.75),
+            dict(ds_config=read_config({"scheduler": {"type": "WarmupLR"}})),
+            "builds its own scheduler",
+        ),
     ],
 )
 def test_combinations_that_cannot_work_are_refused(flags, context, match):
@@ -90,7 +99,7 @@ def test_combinations_that_cannot_work_are_refused(flags, context, match):
 
 def test_combinations_that_work_pass():
     args = RegularizationArguments(**DEIT)
-    check_regularization(args, ds_config={"zero_optimization": {"stage": 2}})
+    check_regularization(args, ds_config=read_config({"zero_optimization": {"stage": 2}}))
     RESOLVED_PATHS["device"].check_eval_crop(args.eval_crop_pct)
     check_regularization(RegularizationArguments(layer_decay=0.75, drop_path_rate=0.1), ds_config=ZERO3)
     # Every augmentation with sequence parallelism: the ranks of a group share one seed (training/seeding.py), so

@@ -43,13 +43,8 @@ def rank_stream(shards, rank=0, world=2, buffer=16, workers=0, batch=BATCH):
     return data
 
 
-def loader_args(workers):
-    return SimpleNamespace(dataloader_num_workers=workers, dataloader_prefetch_factor=2 if workers else None,
-                           dataloader_multiprocessing_context=None, dataloader_pin_memory=False)  # fmt: skip
-
-
 def take(data, n):
-    it = iter(data.loader(loader_args(data.num_workers)))
+    it = iter(data.loader(prefetch_factor=2 if data.num_workers else None))
     return [next(it) for _ in range(n)]
 
 
@@ -166,12 +161,10 @@ def test_parquet_files_of_encoded_images_stream_through_load_dataset(tmp_path):
     assert data.label_names == ["cat", "dog"] and data.image_column == "img" and data.raw_shape is None
     assert len(data.validation_rows) == 5 and data.train.n_shards == 2
     data_args = DataArguments(input_path="auto", random_resized_crop=False, crop_scale_min=1.0, horizontal_flip=False)
-    training_args = SimpleNamespace(per_device_train_batch_size=8, dataloader_drop_last=False,
-                                    dataloader_num_workers=0)  # fmt: skip
-    from hf_vit_scaling.data.streaming.load import attach_streaming_transforms
+    from hf_vit_scaling.data.streaming.load import StreamBatches, attach_streaming_transforms
 
-    splits, _, preprocessor, _ = attach_streaming_transforms(data, data_args, training_args, 8, [0.5] * 3, [0.5] * 3,
-                                                             None)  # fmt: skip
+    splits, _, preprocessor, _ = attach_streaming_transforms(data, data_args, StreamBatches(8), 8, [0.5] * 3,
+                                                             [0.5] * 3, None)  # fmt: skip
     assert preprocessor is not None  # one image size: the device path
     batches = take(splits["train"], 3)  # a pass: 24 rows = 8 + 8 + 8
     ids = [i for b in batches for i in b["sample_index"].tolist()]

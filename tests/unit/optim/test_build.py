@@ -32,7 +32,7 @@ def test_without_settings_the_trainer_builds_its_own(tmp_path):
     """Fails if the builder changes the Trainer's optimizer or schedule when no flag asks for it."""
     trainer = tiny_trainer(tmp_path)
     assert trainer.optimization.optimizer_cls_and_kwargs(trainer, trainer.model) is None
-    assert trainer.optimization.scheduler(trainer.args, None, 10) is None
+    assert trainer.optimization.scheduler(None, 10, 0, None) is None
     trainer.create_optimizer_and_scheduler(num_training_steps=10)
     assert type(trainer.optimizer).__name__ == "AdamW" and len(trainer.optimizer.param_groups) == 2
     assert type(trainer.lr_scheduler).__name__ == "LambdaLR"  # the Trainer's linear schedule
@@ -73,8 +73,14 @@ def test_the_lr_is_scaled_for_the_global_batch(tmp_path):
     args = TrainingArguments(
         output_dir=str(tmp_path), use_cpu=True, report_to=[], learning_rate=1e-3, per_device_train_batch_size=64
     )
-    info = Optimization(lr_scaling="linear", reference_batch_size=32).scale_learning_rate(args)
-    assert args.learning_rate == pytest.approx(2e-3) and info["rule"] == "linear" and info["global_batch"] == 64
+    info = Optimization(lr_scaling="linear", reference_batch_size=32).scale_learning_rate(
+        args.learning_rate,
+        args.warmup_steps,
+        args.per_device_train_batch_size,
+        args.gradient_accumulation_steps,
+        args.world_size,
+    )
+    assert info["lr"] == pytest.approx(2e-3) and info["rule"] == "linear" and info["global_batch"] == 64
 
 
 def test_every_flag_of_the_learning_rate_group_is_a_setting_of_the_builder():

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.parallel.deepspeed_config import load_ds_config, offload_targets, zero_stage
+from hf_vit_scaling.parallel.deepspeed_config import load_ds_config, read_config
 from tests.helpers.launchers import DS_CONFIGS
 
 
@@ -38,8 +38,8 @@ def test_shipped_configs_leave_trainer_owned_values_auto():
         for value in config.get("optimizer", {}).get("params", {}).values():
             assert value == "auto", path.name
         stage = int(path.stem[4])
-        assert zero_stage(config) == stage
-        assert bool(offload_targets(config)) == path.stem.endswith("offload")
+        assert read_config(config).zero_stage == stage
+        assert bool(read_config(config).offload) == path.stem.endswith("offload")
 
 
 def test_zero3_configs_gather_weights_on_save():

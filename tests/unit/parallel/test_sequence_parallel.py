@@ -9,6 +9,7 @@ import torch
 
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.models.presets import build_model_from_preset, load_model_for_finetuning, preset_config
+from hf_vit_scaling.parallel.deepspeed_config import read_config
 from hf_vit_scaling.parallel.sequence_parallel import (
     check_sequence_parallel,
     sequence_parallel_ds_values,
@@ -16,16 +17,19 @@ from hf_vit_scaling.parallel.sequence_parallel import (
 )
 from tests.helpers.launchers import REPO
 
-ZERO = {stage: {"zero_optimization": {"stage": stage}} for stage in range(4)}
+ZERO = {stage: read_config({"zero_optimization": {"stage": stage}}) for stage in range(4)}  # as the Engine reads it
 
 
 @pytest.mark.parametrize(
     "kwargs, words",
     [
-        (dict(ds_config=None), ["--sequence_parallel_size", "--ds_config"]),
+        (dict(ds_config=read_config(None)), ["--sequence_parallel_size", "--ds_config"]),
         (dict(world_size=3), ["does not divide the 3 launched processes"]),
         (dict(num_attention_heads=3), ["does not divide the model's 3 attention heads", "[3]"]),
-        (dict(ds_config={"zero_optimization": {"stage": 3, "reduce_scatter": False}}), ["reduce_scatter"]),
+        (
+            dict(ds_config=read_config({"zero_optimization": {"stage": 3, "reduce_scatter": False}})),
+            ["reduce_scatter"],
+        ),
         (dict(attn_implementation="flex_attention"), ["--attn_implementation flex_attention"]),
         (dict(attn_implementation="eager"), ["--attn_implementation eager"]),
         (dict(balance_batches="calibrate"), ["--balance_batches"]),
@@ -42,12 +46,14 @@ def test_refusals_name_the_flag_and_the_fix(kwargs, words):
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_every_zero_stage_is_accepted(stage):
     check_sequence_parallel(2, 4, ZERO[stage], 4)
-    check_sequence_parallel(1, 3, None, 3)  # N = 1: nothing to check
+    check_sequence_parallel(1, 3, read_config(None), 3)  # N = 1: nothing to check
+    no_split = {"stage": 3, "reduce_scatter": False, "contiguous_gradients": False}  # one path: no mixed buckets
+    check_sequence_parallel(2, 4, read_config({"zero_optimization": no_split}), 4)
 
 
 def test_loss_gradient_scale_and_batch_arithmetic():
     # ZeRO 0-2 sum the SP group's gradients (divide by world / N): each rank carries 1/N. ZeRO-3 divides by the world.
-    assert [sequence_parallel_loss_grad_scale(4, ZERO[s]) for s in range(4)] == [0.25, 0.25, 0.25, 1.0]
+    assert [sequence_parallel_loss_grad_scale(4, s) for s in range(4)] == [0.25, 0.25, 0.25, 1.0]
     values = sequence_parallel_ds_values(2, per_device_batch=3, accumulation=2, world_size=8)
     assert values == {"train_batch_size": 3 * 2 * 4, "sequence_parallel_size": 2}
 
