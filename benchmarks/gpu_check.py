@@ -14,17 +14,24 @@ that no longer fits is skipped and named, and a failed item never stops the next
           restarts the loader and would count as data wait), written by recipes/prepare_shards.py as uint8 RGB shards
           at 256 px (16 in the dry run);
   a       recipes/train_vit.py (benchmarks/gpu_vit_b16.py's cell command) on those shards with loader workers,
-          ViT-B/16 at 224 px in bf16: the plain Trainer (1 process, no DDP wrapper), ZeRO-2, ZeRO-3 and FSDP2 (2+
-          processes: not applicable on one GPU), each eager and with --torch_compile true. Figures from each run's
-          throughput.json, peak memory beside the planner's prediction (benchmarks/planner_memory_gpu.py's);
+          ViT-B/16 at 224 px in bf16: the plain Trainer (1 process, no DDP wrapper), ZeRO-2, ZeRO-3, ZeRO-1 with the
+          project's resolved DeepSpeed values, FSDP2 (2+ processes: not applicable on one GPU), ZeRO-2 and ZeRO-3
+          "auto" (transformers' fill written as numbers: benchmarks/engine_overhead.py's auto_config), eager and
+          (the resolved ones) with --torch_compile true, and the plain Trainer with --torch_compile_mode
+          max-autotune-no-cudagraphs (GPU only). Figures from each run's throughput.json, peak memory beside the
+          planner's prediction (benchmarks/planner_memory_gpu.py's);
   c       the synthetic floor: the same model and precision in a plain torch loop (forward, backward, clipping, AdamW
           step) on one batch already on the device, eager and compiled; every run's step time / the floor's;
-  d       benchmarks/planner_memory_gpu.py's grid (GPU only, when time is left).
+  d       benchmarks/planner_memory_gpu.py's grid (GPU only, when time is left);
+  e       torch.profiler over 5 steps of the floor, the plain Trainer and ZeRO-2 (benchmarks/gpu_check_profile.py):
+          per run the top 10 kernels by device self time and the device-busy fraction (CPU ops in the dry run).
   Part b's figure is the compiled plain-Trainer run of part a: data wait below 5% of the step at the compiled step
   rate, the fastest the loader must keep up with.
 
-Order of the items: setup, shards, plain Trainer eager, floor, plain Trainer compiled (a and b), then the other
-engines eager, then compiled, then d: the figures that matter most come first.
+Order of the items (gpu_check_settings.item_order): setup, shards, plain Trainer eager, floor, plain Trainer compiled
+(a and b), the other engines eager with the resolved values, the profile (e), the "auto" arms eager, the engines
+compiled, d, and the max-autotune arm last: the figures that matter most come first, and what the budget cannot fit
+is skipped and named.
 
 Writes OUT/gpu_check.json (after every item, so a killed run leaves what it had), OUT/gpu_check.md (the table for
 benchmarks/README.md), OUT/runs/<item>/ (each run's output folder and its log, weights deleted) and OUT/runs.tar.gz
@@ -55,7 +62,22 @@ from gpu_check_floor import synthetic_floor  # noqa: E402
 from gpu_check_items import Check  # noqa: E402
 from gpu_check_processes import ensure_packages, prepend_pythonpath, set_child_env  # noqa: E402, F401
 from gpu_check_report import markdown, pack_runs  # noqa: E402
-from gpu_check_settings import BENCHMARKS, DIGITS_LABELS, DRY_RUN, ENGINES, GPU, REPO, Settings  # noqa: E402
+from gpu_check_settings import BENCHMARKS, DIGITS_LABELS, DRY_RUN, GPU, REPO, Settings, item_order  # noqa: E402
+
+
+def floor_inputs(settings: Settings):
+    """The floor's model (the recipe's preset, on the device) and one batch on the device: (model, (pixels, labels)).
+    Also the profiler item's floor (benchmarks/gpu_check_profile.py)."""
+    from planner_memory_gpu import load_planner
+
+    models = load_planner()[2]  # the presets, without the package's loader (which imports deepspeed)
+    device = torch.device("cpu" if settings.dry_run else "cuda")
+    config = models.preset_config(settings.model_preset, DIGITS_LABELS, image_size=settings.image_size)
+    torch.manual_seed(0)
+    model = models.build_model_from_preset(config).to(device)
+    pixels = torch.randn(settings.batch_size, 3, settings.image_size, settings.image_size, device=device)
+    labels = torch.randint(0, len(DIGITS_LABELS), (settings.batch_size,), device=device)
+    return model, (pixels, labels)
 
 
 def floor_main(settings: Settings, out_json: str) -> int:
@@ -63,7 +85,7 @@ def floor_main(settings: Settings, out_json: str) -> int:
     and optimizer (so each peak is its own), with MFU against the same peak the recipe's report uses."""
     from planner_memory_gpu import load_planner, predict
 
-    planner = load_planner()  # also the presets, without the package's loader (which imports deepspeed)
+    planner = load_planner()
     models = planner[2]
     flops = importlib.import_module("hf_vit_scaling.models.flops")
     device = torch.device("cpu" if settings.dry_run else "cuda")
@@ -82,12 +104,9 @@ def floor_main(settings: Settings, out_json: str) -> int:
     for compiled in (False, True):
         variant = "compiled" if compiled else "eager"
         try:
-            torch.manual_seed(0)
-            model = models.build_model_from_preset(config).to(device)
-            pixels = torch.randn(settings.batch_size, 3, settings.image_size, settings.image_size, device=device)
-            labels = torch.randint(0, len(DIGITS_LABELS), (settings.batch_size,), device=device)
-            run = synthetic_floor(model, (pixels, labels), settings.floor_steps, settings.floor_warmup,
-                                  settings.precision, compiled, backend=settings.compile_backend)  # fmt: skip
+            model, batch = floor_inputs(settings)
+            run = synthetic_floor(model, batch, settings.floor_steps, settings.floor_warmup, settings.precision,
+                                  compiled, backend=settings.compile_backend)  # fmt: skip
             achieved = run["images_per_s"] * train_flops / 1e12
             run["mfu"] = achieved / peak_tflops if peak_tflops else None
         except Exception as err:  # a failed compile must not lose the eager figures: recorded, the item fails
@@ -96,7 +115,7 @@ def floor_main(settings: Settings, out_json: str) -> int:
         print(f"floor {variant}: {json.dumps(run)}", flush=True)
         # Written after each variant: if the compile outlasts the item's limit, the eager figures are kept.
         Path(out_json).write_text(json.dumps(result, indent=2))
-        model = pixels = labels = None  # free the device memory before the next variant
+        model = batch = None  # free the device memory before the next variant
         torch._dynamo.reset()
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -131,7 +150,7 @@ def parse(argv=None) -> argparse.Namespace:
         "--budget_s",
         type=float,
         default=None,
-        help="Total seconds for every item (default 515 on the GPU; 420 dry, a cap: the dry run takes ~2 minutes).",
+        help="Total seconds for every item (default 515 on the GPU; 540 dry, a cap for loaded machines: docs/gpu.md).",
     )
     parser.add_argument(
         "--only",
@@ -205,16 +224,8 @@ def main(argv=None) -> int:
           f"results in {out}", flush=True)  # fmt: skip
     try:
         check.run_setup(Path(args.wheels), Path(args.site))
-        check.guarded("shards", "b", check.run_shards, scratch)
-        ddp = ENGINES[0]
-        check.guarded("ddp-eager", "a", check.run_engine, ddp, False)
-        check.guarded("floor", "c", check.run_floor)
-        check.guarded("ddp-compiled", "a", check.run_engine, ddp, True)
-        for compiled in (False, True):
-            for engine in ENGINES[1:]:
-                name = f"{engine.name}-{'compiled' if compiled else 'eager'}"
-                check.guarded(name, "a", check.run_engine, engine, compiled)
-        check.guarded("planner-grid", "d", check.run_planner_grid)
+        for name in item_order():
+            check.run_item(name, scratch)
     finally:
         if not args.scratch_dir:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -4,6 +4,7 @@ benchmarks/gpu_check.py."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import shutil
 import sys
@@ -16,9 +17,13 @@ from gpu_check_processes import Clock, ensure_packages, log_tail, run_process
 from gpu_check_settings import (
     BENCHMARKS,
     DATA_WAIT_TARGET,
+    ENGINE,
+    MAX_AUTOTUNE,
+    PROFILED,
     REPO,
     Engine,
     Settings,
+    item_kind,
     item_times,
     runs_here,
     shard_copies,
@@ -90,6 +95,22 @@ class Check:
         self.items[name] = {"part": part, "status": "skipped", "seconds": 0.0, "reason": reason, **info}
         print(f"[{self.clock.elapsed():5.0f} s] {name}: skipped ({reason})", flush=True)
 
+    def run_item(self, name: str, scratch: Path) -> None:
+        """One item of gpu_check_settings.item_order by its name, guarded."""
+        if name == "shards":
+            return self.guarded(name, "b", self.run_shards, scratch)
+        if name == "floor":
+            return self.guarded(name, "c", self.run_floor)
+        if name == "planner-grid":
+            return self.guarded(name, "d", self.run_planner_grid)
+        if name == "profile":
+            return self.guarded(name, "e", self.run_profile)
+        kind, engine = item_kind(name)
+        if name.endswith("-max-autotune"):
+            return self.guarded(name, "a", self.run_engine, ENGINE[name.removesuffix("-max-autotune")], True,
+                                MAX_AUTOTUNE)  # fmt: skip
+        return self.guarded(name, "a", self.run_engine, ENGINE[engine], kind == "compiled")
+
     # ----- setup
 
     def run_setup(self, wheels: Path, site: Path) -> None:
@@ -145,11 +166,17 @@ class Check:
 
     # ----- a: the recipe runs
 
-    def run_engine(self, engine: Engine, compiled: bool) -> None:
+    def run_engine(self, engine: Engine, compiled: bool, mode: str | None = None) -> None:
+        """One recipe run; `mode`: its --torch_compile_mode (the max-autotune arm, named `<engine>-max-autotune`)."""
         s = self.settings
-        name = f"{engine.name}-{'compiled' if compiled else 'eager'}"
+        name = f"{engine.name}-{'max-autotune' if mode else 'compiled' if compiled else 'eager'}"
         info = {"engine": engine.name, "label": engine.label, "compiled": compiled, "processes": engine.processes}
-        if compiled and engine.name not in s.compiled_engines:
+        if mode:
+            info["compile_mode"] = mode
+        if mode and not s.max_autotune:
+            reason = "dry run: GPU only (inductor's GEMM autotuning benchmarks GPU kernels)"
+            return self.not_applicable(name, "a", reason, **info)
+        if compiled and not mode and engine.name not in s.compiled_engines:
             reason = (
                 "dry run: only the plain Trainer runs compiled (a compile costs ~30 s of CPU); the engine flags are "
                 "checked eager"
@@ -160,39 +187,29 @@ class Check:
                       f"(arguments/checks.py check_fsdp) and this machine has {torch.cuda.device_count()} GPU "
                       "(NCCL runs one rank per GPU)")  # fmt: skip
             return self.not_applicable(name, "a", reason, **info)
-        limit = self.begin(name, "a", "compiled" if compiled else "eager", engine.name, **info)
+        limit = self.begin(name, "a", *item_kind(name), **info)
         if limit is None:
             return
-        from gpu_vit_b16 import cell_command, read_cell
-
         start, out = time.monotonic(), self.runs / name
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
         log = out / "gpu_check.log"
-        cell = argparse.Namespace(
-            model_preset=s.model_preset, image_size=s.image_size, batch_size=s.batch_size, workers=s.workers,
-            steps=s.compiled_steps if compiled else s.eager_steps, bf16=s.precision == "bf16", cpu_smoke=s.dry_run,
-            warmup=s.compiled_warmup if compiled else s.eager_warmup,
-        )  # fmt: skip
-        launcher = None
-        if engine.processes > 1:
-            from hf_vit_scaling.parallel.launch import launch_command  # this checkout's (on PYTHONPATH by now)
-
-            launcher = launch_command("torchrun", engine.processes, get_free_port())
-        cmd = cell_command(cell, engine.ds_config, "device", str(out), launcher)
-        # Full batches only: a short last batch has another shape, which a compiled model recompiles for.
-        cmd += [*engine.flags, "--dataloader_drop_last", "true"]
+        steps, warmup = (s.compiled_steps, s.compiled_warmup) if compiled else (s.eager_steps, s.eager_warmup)
+        ds_config = self.ds_config(engine, out)
+        cmd = self.recipe_command(engine, ds_config, out, steps, warmup)
         if compiled:
             cmd += ["--torch_compile", "true", "--torch_compile_backend", s.compile_backend]
-        info["input"] = "shards" if self.shards else "digits (the shards were not prepared)"
-        if self.shards:
-            cmd += ["--dataset_name", str(self.shards)]
+        if mode:
+            cmd += ["--torch_compile_mode", mode]
         status, _ = run_process(cmd, log, limit)
-        fields = {"input": info["input"], "steps": cell.steps, "warmup_steps": cell.warmup}
+        fields = {"input": self.input_name(), "steps": steps, "warmup_steps": warmup}
+        if engine.auto:  # the numbers the run had instead of "auto" (the file itself is in the run's folder)
+            written = json.loads(Path(ds_config).read_text())
+            fields["auto_values"] = {"zero_optimization": written["zero_optimization"], "timers": written["timers"]}
         if status == "ok":
             try:
-                fields["figures"] = figures = read_cell(str(out))
-                figures["predicted_peak_bytes"] = self.predicted(engine)
+                fields["figures"] = figures = read_run(out)
+                figures["predicted_peak_bytes"] = self.predicted(engine, ds_config)
                 if figures["memory_kind"] == "allocated_peak_bytes" and figures["predicted_peak_bytes"]:
                     figures["memory_error"] = figures["predicted_peak_bytes"] / figures["memory_bytes"] - 1
             except Exception as err:  # a run that exits 0 without a readable report is a failed item
@@ -202,15 +219,56 @@ class Check:
         drop_weights(out)
         self.finish(name, status, start, **fields)
 
-    def predicted(self, engine: Engine) -> int | None:
+    def ds_config(self, engine: Engine, out: Path) -> str | None:
+        """The run's --ds_config: the ds_configs/ file, or for an "auto" arm a copy of it with transformers' fill
+        written as numbers into the run's folder (benchmarks/engine_overhead.py's auto_config, from the preset's
+        hidden size)."""
+        if not engine.auto:
+            return engine.ds_config and str(REPO / "ds_configs" / engine.ds_config)
+        from engine_overhead import auto_config  # imported here: it imports the package, which needs deepspeed
+
+        presets = self.planner[2] if self.planner else importlib.import_module("hf_vit_scaling.models.presets")
+        hidden = presets.MODEL_PRESETS[self.settings.model_preset]["hidden_size"]
+        return auto_config(engine.name, hidden, str(out))
+
+    def recipe_command(self, engine: Engine, ds_config: str | None, out: Path, steps: int, warmup: int,
+                       prefix: list | None = None) -> list[str]:  # fmt: skip
+        """benchmarks/gpu_vit_b16.py's cell command for `engine` on the prepared shards; `prefix`: what runs the
+        recipe file (default this Python; torchrun for a multi-process engine)."""
+        from gpu_vit_b16 import cell_command
+
+        s = self.settings
+        cell = argparse.Namespace(
+            model_preset=s.model_preset, image_size=s.image_size, batch_size=s.batch_size, workers=s.workers,
+            steps=steps, bf16=s.precision == "bf16", cpu_smoke=s.dry_run, warmup=warmup,
+        )  # fmt: skip
+        launcher = prefix
+        if engine.processes > 1:
+            from hf_vit_scaling.parallel.launch import launch_command  # this checkout's (on PYTHONPATH by now)
+
+            launcher = launch_command("torchrun", engine.processes, get_free_port()) + (prefix or [])[1:]
+        cmd = cell_command(cell, ds_config, "device", str(out), launcher)
+        # Full batches only: a short last batch has another shape, which a compiled model recompiles for.
+        cmd += [*engine.flags, "--dataloader_drop_last", "true"]
+        if self.shards:
+            cmd += ["--dataset_name", str(self.shards)]
+        return cmd
+
+    def input_name(self) -> str:
+        return "shards" if self.shards else "digits (the shards were not prepared)"
+
+    def predicted(self, engine: Engine, ds_config: str | None = None) -> int | None:
         if self.planner is None:
             return None
         from planner_memory_gpu import predict
 
         ds_configs = self.planner[0].read_ds_configs(str(REPO / "ds_configs"))
+        if engine.auto and ds_config:  # the planner sizes the buckets from the file the run had
+            ds_configs[engine.planner_engine] = json.loads(Path(ds_config).read_text())
         s = self.settings
-        return predict(self.planner, s.model_preset, s.image_size, s.batch_size, s.precision, engine=engine.name,
-                       world_size=engine.processes, ds_configs=ds_configs)["peak"]  # fmt: skip
+        return predict(self.planner, s.model_preset, s.image_size, s.batch_size, s.precision,
+                       engine=engine.planner_engine, world_size=engine.processes,
+                       ds_configs=ds_configs)["peak"]  # fmt: skip
 
     # ----- c: the floor
 
@@ -234,6 +292,46 @@ class Check:
             self.finish(name, status, start, figures=figures)
         else:  # one variant may have its figures (the other failed)
             self.finish(name, status, start, figures=figures, error="\n".join(errors) or log_tail(log))
+
+    # ----- e: the profile
+
+    def run_profile(self) -> None:
+        """torch.profiler over `profile_steps` steps of the floor, the plain Trainer and ZeRO-2, each its own
+        process (benchmarks/gpu_check_profile.py); a summary per run, written as each one ends."""
+        s, name = self.settings, "profile"
+        limit = self.begin(name, "e", "profile", runs=list(PROFILED), steps=s.profile_steps)
+        if limit is None:
+            return
+        start, out = time.monotonic(), self.runs / name
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        log, worker = out / "gpu_check.log", [sys.executable, BENCHMARKS / "gpu_check_profile.py"]
+        figures, errors, statuses = {}, {}, []
+        for run in PROFILED:
+            summary = out / f"{run}.json"
+            if run == "floor":
+                cmd = [*worker, "--out", summary, *(["--dry_run"] if s.dry_run else []), "floor"]
+            else:
+                prefix = [*worker, "--out", summary, "--start", s.profile_warmup, "--steps", s.profile_steps, "--"]
+                engine, steps = ENGINE[run], s.profile_warmup + s.profile_steps + 1  # one step after the window
+                ds_config = self.ds_config(engine, out)
+                cmd = self.recipe_command(engine, ds_config, out / run, steps, 1, [str(c) for c in prefix])
+            left = limit - (time.monotonic() - start)
+            status, _ = run_process(cmd, log, left) if left >= 1 else ("timeout", None)
+            statuses.append(status)
+            if status == "ok" and summary.is_file():
+                figures[run] = json.loads(summary.read_text())
+            else:
+                errors[run] = f"{status}: {log_tail(log, lines=10)}"
+            if run != "floor":
+                drop_weights(out / run)
+            self.items[name]["figures"] = figures
+            self.write()
+        status = next((st for st in ("timeout", "failed") if st in statuses), "ok")
+        fields = {"figures": figures, "input": self.input_name()}
+        if errors:
+            fields["error"] = "\n".join(f"{run}: {text}" for run, text in errors.items())
+        self.finish(name, status, start, **fields)
 
     # ----- d: planner_memory_gpu.py's grid
 
@@ -265,7 +363,7 @@ class Check:
         """Per part: status (failed > timeout > ok > skipped over its items), seconds, and whether every item that
         should have run did (`complete`: no item skipped for want of time or by --only)."""
         parts = {}
-        for part in ("a", "b", "c", "d"):
+        for part in ("a", "b", "c", "d", "e"):
             items = {n: r for n, r in self.items.items() if r["part"] == part}
             statuses = {r["status"] for r in items.values()}
             status = next((s for s in ("failed", "timeout", "ok") if s in statuses), "skipped")
@@ -345,6 +443,20 @@ class Check:
         result = self.result()
         (self.out / "gpu_check.json").write_text(json.dumps(result, indent=2))
         return result
+
+
+def read_run(out: Path) -> dict:
+    """A finished recipe run's figures (benchmarks/gpu_vit_b16.py's read_cell) and the DeepSpeed values the
+    project resolved for it, with their reasons (throughput.json's setup.deepspeed_resolved)."""
+    from gpu_vit_b16 import read_cell
+
+    from hf_vit_scaling.throughput.schema import load_throughput_report
+
+    figures = read_cell(str(out))
+    figures["deepspeed_resolved"] = load_throughput_report(str(out / "throughput.json"))["setup"].get(
+        "deepspeed_resolved", {}
+    )
+    return figures
 
 
 def drop_weights(folder: Path) -> None:

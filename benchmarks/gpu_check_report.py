@@ -23,11 +23,13 @@ def _num(value, fmt: str) -> str:
     return "" if value is None else format(value, fmt)
 
 
-ITEM_ORDER = ["ddp", "zero2", "zero3", "fsdp2"]
+ITEM_ORDER = ["ddp", "zero1", "zero2", "zero3", "fsdp2", "zero2_auto", "zero3_auto"]
+VARIANTS = ("eager", "compiled", "max-autotune")
 
 
 def markdown(result: dict) -> str:
-    """One table: a row per recipe run (a), the data-wait check (b), the floor (c), the planner grid (d)."""
+    """One table: a row per recipe run (a), the data-wait check (b), the floor (c), the planner grid (d); then the
+    profile (e) as its own table."""
     s, items, parts = result["settings"], result["items"], result["parts"]
     device = next((r["figures"]["device"] for r in items.values() if r.get("figures", {}).get("device")), "?")
     kinds = [r["figures"]["memory_kind"] for r in items.values() if r.get("figures", {}).get("memory_kind")]
@@ -45,12 +47,14 @@ def markdown(result: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     kind = "" if memory_kind == "allocated_peak_bytes" else " RSS"
-    names = [f"{e}-{v}" for v in ("eager", "compiled") for e in ITEM_ORDER]
+    names = [f"{e}-{v}" for v in VARIANTS for e in ITEM_ORDER]
     for name in names:
         r = items.get(name)
         if r is None:
             continue
         label = f"{r.get('label', name)} {'compiled' if r.get('compiled') else 'eager'}"
+        if r.get("compile_mode"):
+            label += f" {r['compile_mode']}"
         if r.get("processes", 1) > 1:
             label += f", {r['processes']} processes"
         f = r.get("figures") or {}
@@ -111,7 +115,31 @@ def markdown(result: dict) -> str:
     elif grid:
         lines.append(f"| d | planner_memory_gpu.py | {grid['status']} | | | | | | | {grid['seconds']:.0f} | "
                      f"{_note(grid)} |")  # fmt: skip
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + profile_lines(items.get("profile"))) + "\n"
+
+
+def profile_lines(record: dict | None, top: int = 5) -> list[str]:
+    """Part e: per profiled run its step time under the profiler, the device-busy fraction and its top kernels
+    (all 10 are in gpu_check.json)."""
+    if record is None:
+        return []
+    lines = ["", f"Profile (part e, torch.profiler, {record.get('steps', '?')} steps per run): {record['status']}"
+             f"{': ' + _note(record) if record['status'] != 'ok' else ''}", ""]  # fmt: skip
+    runs = record.get("figures") or {}
+    if not runs:
+        return lines
+    lines += [
+        "| run | device | step ms (profiled) | device busy | kernel time / wall | top kernels, self ms per step |",
+        "|---|---|---|---|---|---|",
+    ]
+    for run, f in runs.items():
+        steps = f["steps"]
+        kernels = "; ".join(f"{k['name'][:60]} {k['self_s'] * 1000 / steps:.2f}" for k in f["top_kernels"][:top])
+        lines.append(
+            f"| {run} | {f['device']} | {f['step_s'] * 1000:.1f} | {_pct(f['device_busy_fraction'])} | "
+            f"{_pct(f['kernel_time_sum_s'] / f['wall_s'])} | {kernels.replace('|', '/')} |"
+        )
+    return lines
 
 
 def pack_runs(out: Path, remove: bool) -> None:

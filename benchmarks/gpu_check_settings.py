@@ -20,20 +20,35 @@ DIGITS_LABELS = [str(digit) for digit in range(10)]
 
 @dataclass(frozen=True)
 class Engine:
-    name: str  # hf_vit_scaling.planning.shapes.ENGINES
+    name: str  # hf_vit_scaling.planning.shapes.ENGINES, or benchmarks/engine_overhead.py's CONFIGS for "auto" arms
     label: str
     ds_config: str | None  # a file in ds_configs/
     flags: tuple[str, ...]
     processes: int
+    # transformers' own fill of the model-sized DeepSpeed values, written as numbers into a copy of `ds_config`
+    # (benchmarks/engine_overhead.py's auto_config): the run as it was before the project resolved them.
+    auto: bool = False
+
+    @property
+    def planner_engine(self) -> str:
+        return self.name.removesuffix("_auto")
 
 
+# In the order their eager runs go (gpu_check.item_order): the project's resolved values first, the "auto" arms
+# after them, as the before-resolution baseline.
 ENGINES = (
     Engine("ddp", "plain Trainer", None, (), 1),
     Engine("zero2", "ZeRO-2", "zero2.json", (), 1),
     Engine("zero3", "ZeRO-3", "zero3.json", (), 1),
+    Engine("zero1", "ZeRO-1", "zero1.json", (), 1),
     # FSDP2 shards over the processes of a distributed run: the recipe refuses 1 process (arguments/checks.py).
     Engine("fsdp2", "FSDP2", None, ("--fsdp", "--fsdp_config", str(REPO / "fsdp_configs" / "fsdp2.json")), 2),
+    Engine("zero2_auto", 'ZeRO-2 "auto"', "zero2.json", (), 1, auto=True),
+    Engine("zero3_auto", 'ZeRO-3 "auto"', "zero3.json", (), 1, auto=True),
 )
+ENGINE = {engine.name: engine for engine in ENGINES}
+PROFILED = ("floor", "ddp", "zero2")  # the profiler item's runs, in order
+MAX_AUTOTUNE = "max-autotune-no-cudagraphs"  # the plain Trainer's last arm (GPU only)
 
 
 @dataclass(frozen=True)
@@ -61,6 +76,11 @@ class Settings:
     # the code generation (C++ on a CPU, which the GPU does not run anyway, and most of a CPU compile's time:
     # docs/gpu.md, "Where the check's time goes").
     compile_backend: str
+    # The profiler item (benchmarks/gpu_check_profile.py): steps run before the profiled ones, and those profiled.
+    profile_warmup: int
+    profile_steps: int
+    # The plain Trainer compiled with --torch_compile_mode MAX_AUTOTUNE: inductor's GEMM autotuning is GPU work.
+    max_autotune: bool
     budget_s: float
     # (expected, limit) seconds per kind of item: an item starts only with its expected time left in the budget,
     # and runs at most its limit (or what is left of the budget).
@@ -82,22 +102,31 @@ GPU = Settings(
     prepare_procs=8,
     floor_steps=50,
     floor_warmup=10,
-    compiled_engines=("ddp", "zero2", "zero3", "fsdp2"),
+    compiled_engines=("ddp", "zero2", "zero3", "zero1", "fsdp2"),
     compile_backend="inductor",
+    profile_warmup=10,
+    profile_steps=5,
+    max_autotune=True,
     # 9 minutes, less what comes outside the clock: make and Python start-up before it, a timed-out item's stop
     # (stop_group's waits: up to 10 + 5 = 15 s) and the writing after it.
     budget_s=515,
     # Expected times from the one H200 run, each recipe run from its command to its done line, without the wait at
     # exit that run had (persistent loader workers; fixed since: VitTrainer.release_loader_workers). The measured
     # times: docs/gpu.md, "Where the check's time goes".
+    # The profiler item's and the max-autotune arm's are estimates, not yet measured: the profile is three short
+    # runs (the floor's process and two recipe starts, each a run's start-up and a few steps), the max-autotune arm
+    # the compiled run's time and inductor's GEMM autotuning.
     times={
         "setup": (30, 180),
         "shards": (35, 150),
         "eager": (35, 120),
         "eager-zero3": (50, 150),
+        "eager-zero3_auto": (50, 150),
         "floor": (65, 200),
         "compiled": (70, 200),
         "compiled-zero3": (90, 240),
+        "compiled-max-autotune": (150, 300),
+        "profile": (85, 240),
         "planner-grid": (35, 150),
     },
 )
@@ -120,19 +149,23 @@ DRY_RUN = Settings(
     # compile is costly on a 2-core CPU (docs/gpu.md, "Where the check's time goes").
     compiled_engines=("ddp",),
     compile_backend="aot_eager",
+    profile_warmup=3,
+    profile_steps=5,
+    max_autotune=False,
     # A cap, not the target (the dry run's time on 2 idle cores: docs/gpu.md, "Where the check's time goes"): on a
     # loaded CI machine, or where DeepSpeed builds its CPU op for the first time, the same items take longer and must
     # still all run.
-    budget_s=420,
+    budget_s=540,
     times={
         "setup": (5, 60),
         "shards": (10, 60),
         # The first DeepSpeed run on a machine JIT-builds DeepSpeed's CPU shared-memory op (its time:
         # ds_configs/README.md, "CPU ops"), cached in ~/.cache/torch_extensions after.
-        "eager": (10, 90),
-        "eager-fsdp2": (20, 90),
-        "floor": (30, 90),
-        "compiled": (35, 120),
+        "eager": (10, 120),
+        "eager-fsdp2": (20, 120),
+        "floor": (30, 150),
+        "compiled": (35, 150),
+        "profile": (30, 180),
         "planner-grid": (0, 0),
     },
 )
@@ -140,6 +173,38 @@ DRY_RUN = Settings(
 
 def item_times(settings: Settings, kind: str, key: str | None = None) -> tuple[float, float]:
     return settings.times.get(f"{kind}-{key}", settings.times[kind])
+
+
+def item_order() -> list[str]:
+    """Every item after setup, in the order they run: the figures that matter most first, so what a short budget
+    skips is the end of the list. The plain Trainer eager, the floor and the plain Trainer compiled (the floor
+    ratios, part b's data wait), the other engines eager with the project's resolved values, the profile, the
+    "auto" arms (transformers' fill: the baseline of the resolution), the engines compiled, the planner's memory
+    grid, and last the plain Trainer compiled with max-autotune."""
+    resolved = [engine.name for engine in ENGINES if not engine.auto]
+    auto = [engine.name for engine in ENGINES if engine.auto]
+    return [
+        "shards",
+        "ddp-eager",
+        "floor",
+        "ddp-compiled",
+        *(f"{name}-eager" for name in resolved[1:]),
+        "profile",
+        *(f"{name}-eager" for name in auto),
+        *(f"{name}-compiled" for name in resolved[1:]),
+        "planner-grid",
+        "ddp-max-autotune",
+    ]
+
+
+def item_kind(name: str) -> tuple[str, str | None]:
+    """The (kind, key) of an item's times in Settings.times."""
+    if name.endswith("-max-autotune"):
+        return "compiled", "max-autotune"
+    engine, _, variant = name.rpartition("-")
+    if variant in ("eager", "compiled") and engine in ENGINE:
+        return variant, engine
+    return name, None
 
 
 def runs_here(settings: Settings, engine: Engine) -> bool:

@@ -1,8 +1,9 @@
 """`make gpu-check DRY_RUN=1`: the GPU check's whole code path on the CPU (benchmarks/gpu_check.py, docs/gpu.md), so
 the script that gets one 15-minute GPU window cannot rot: every item runs (prepared shards, the recipe under the plain
-Trainer, ZeRO-2, ZeRO-3 and FSDP2 on 2 processes, one compiled run, the synthetic floor) and writes figures of the
-right kinds into gpu_check.json and the table into gpu_check.md. Also: the wheel install the GPU machine needs, from a
-hand-made wheel (no network), and the make target's command line."""
+Trainer, ZeRO-1, ZeRO-2, ZeRO-3 and FSDP2 on 2 processes, ZeRO-2 and ZeRO-3 with transformers' "auto" fill, one
+compiled run, the synthetic floor, the profile of the floor, the plain Trainer and ZeRO-2) and writes figures of the
+right kinds into gpu_check.json and the table into gpu_check.md. Also: the GPU mode's order and time budget, the wheel
+install the GPU machine needs, from a hand-made wheel (no network), and the make target's command line."""
 
 import importlib.util
 import json
@@ -17,7 +18,8 @@ import pytest
 from tests.helpers.launchers import REPO, launch_env
 
 SCRIPT = REPO / "benchmarks" / "gpu_check.py"
-OK_RUNS = ("ddp-eager", "zero2-eager", "zero3-eager", "fsdp2-eager", "ddp-compiled")
+OK_RUNS = ("ddp-eager", "zero2-eager", "zero3-eager", "zero1-eager", "fsdp2-eager", "zero2_auto-eager",
+           "zero3_auto-eager", "ddp-compiled")  # fmt: skip
 
 
 def load_gpu_check():
@@ -34,7 +36,7 @@ def dry_run(tmp_path_factory):
     env = launch_env()
     env.pop("OMP_NUM_THREADS")  # as `make gpu-check` runs it: each process takes the cores it finds
     proc = subprocess.run([sys.executable, str(SCRIPT), "--dry_run", "--output_dir", str(out)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
     assert proc.returncode == 0, (
         f"gpu_check --dry_run failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-4000:]}"
     )
@@ -50,7 +52,7 @@ def test_dry_run_runs_every_part(dry_run):
     _, result = dry_run
     assert result["mode"] == "dry_run" and result["exit_code"] == 0
     assert result["setup"]["status"] == "ok"
-    for part in ("a", "b", "c"):
+    for part in ("a", "b", "c", "e"):
         assert result["parts"][part]["status"] == "ok", (part, result["parts"][part])
         assert result["parts"][part]["complete"], (part, result["parts"][part])  # nothing skipped for lack of time
     # planner_memory_gpu.py reads the CUDA allocator: skipped in the dry run, with the reason
@@ -58,8 +60,10 @@ def test_dry_run_runs_every_part(dry_run):
     assert "GPU only" in result["items"]["planner-grid"]["reason"]
     items = result["items"]
     assert all(items[name]["status"] == "ok" for name in OK_RUNS), {n: items[n] for n in OK_RUNS}
-    for name in ("zero2-compiled", "zero3-compiled", "fsdp2-compiled"):  # one compiled run in the dry run
+    for name in ("zero2-compiled", "zero3-compiled", "zero1-compiled", "fsdp2-compiled"):  # one compiled run here
         assert items[name]["status"] == "skipped" and "dry run" in items[name]["reason"]
+    assert items["ddp-max-autotune"]["status"] == "skipped" and "GPU only" in items["ddp-max-autotune"]["reason"]
+    assert list(items) == load_gpu_check().item_order()  # every item, in the order they run
 
 
 @pytest.mark.distributed
@@ -88,6 +92,36 @@ def test_dry_run_figures_have_the_right_kinds(dry_run):
 
 
 @pytest.mark.distributed
+def test_dry_run_auto_arms_run_transformers_fill_and_the_others_the_resolved_values(dry_run):
+    _, result = dry_run
+    items, hidden = result["items"], 96  # vit-tiny-cpu's hidden size
+    for name in ("zero2_auto-eager", "zero3_auto-eager"):
+        zero = items[name]["auto_values"]["zero_optimization"]
+        assert zero["reduce_bucket_size"] == hidden * hidden, name  # transformers' hidden^2 rule, as numbers
+        assert items[name]["figures"]["deepspeed_resolved"] == {}, name  # numbers in the file win over resolution
+    assert items["zero3_auto-eager"]["auto_values"]["zero_optimization"]["stage3_param_persistence_threshold"] == 960
+    for name in ("zero1-eager", "zero2-eager", "zero3-eager"):
+        resolved = items[name]["figures"]["deepspeed_resolved"]
+        assert resolved["zero_optimization.reduce_bucket_size"]["value"] > hidden * hidden, name
+
+
+@pytest.mark.distributed
+def test_dry_run_profiles_the_floor_the_plain_trainer_and_zero2(dry_run):
+    _, result = dry_run
+    profile = result["items"]["profile"]
+    assert profile["status"] == "ok" and profile["part"] == "e", profile
+    assert list(profile["figures"]) == ["floor", "ddp", "zero2"]
+    for run, summary in profile["figures"].items():
+        assert summary["activities"] == ["CPU"] and summary["steps"] == 5, run
+        assert in_unit_interval(summary["device_busy_fraction"], low_open=True), run
+        assert summary["wall_s"] > 0 and summary["kernel_time_sum_s"] > 0, run
+        kernels = summary["top_kernels"]
+        assert 1 <= len(kernels) <= 10 and all(k["name"] and k["self_s"] > 0 and k["calls"] > 0 for k in kernels), run
+        assert [k["self_s"] for k in kernels] == sorted((k["self_s"] for k in kernels), reverse=True), run
+        assert any(k["name"].startswith("aten::") for k in kernels), run
+
+
+@pytest.mark.distributed
 def test_dry_run_writes_the_table_and_the_runs(dry_run):
     out, result = dry_run
     table = (out / "gpu_check.md").read_text()
@@ -97,9 +131,16 @@ def test_dry_run_writes_the_table_and_the_runs(dry_run):
         "| a | ZeRO-3 eager | ok |",
         "| a | FSDP2 eager, 2 processes | ok |",
         "| a | plain Trainer compiled | ok |",
+        "| a | ZeRO-1 eager | ok |",
+        '| a | ZeRO-2 "auto" eager | ok |',
+        '| a | ZeRO-3 "auto" eager | ok |',
         "| b | data wait",
         "| c | floor eager",
         "| c | floor compiled",
+        "Profile (part e, torch.profiler, 5 steps per run): ok",
+        "| floor | cpu |",
+        "| ddp | cpu |",
+        "| zero2 | cpu |",
     ]
     for row in rows:
         assert row in table, row
@@ -107,6 +148,33 @@ def test_dry_run_writes_the_table_and_the_runs(dry_run):
         assert (out / "runs" / name / "throughput.json").is_file(), name
         assert not list((out / "runs" / name).rglob("*.safetensors")), name
     assert (out / "runs.tar.gz").is_file()
+
+
+def test_gpu_order_puts_the_figures_that_matter_first_and_fits_them_in_the_budget():
+    """The GPU mode's plan, walked with each item taking its expected time (no GPU needed): resolved engines and the
+    plain Trainer before the "auto" arms, the max-autotune arm last, and the items the issue's targets read
+    (plain, floor, compiled, ZeRO-2/3 resolved, the profile) inside the 515 s budget."""
+    load_gpu_check()  # puts benchmarks/ on sys.path
+    settings_module = sys.modules["gpu_check_settings"]
+    order = settings_module.item_order()
+    position = {name: index for index, name in enumerate(order)}
+    assert order[-1] == "ddp-max-autotune"
+    for first in ("ddp-eager", "floor", "ddp-compiled", "zero2-eager", "zero3-eager", "zero1-eager"):
+        for later in ("zero2_auto-eager", "zero3_auto-eager", "zero2-compiled", "zero3-compiled"):
+            assert position[first] < position[later], (first, later)
+    gpu = settings_module.GPU
+    elapsed, ran = gpu.times["setup"][0], []
+    for name in order:
+        if name.startswith("fsdp2"):  # not applicable on one GPU
+            continue
+        expect = settings_module.item_times(gpu, *settings_module.item_kind(name))[0]
+        if gpu.budget_s - elapsed >= expect:
+            elapsed, ran = elapsed + expect, ran + [name]
+    assert elapsed <= gpu.budget_s
+    must = ["shards", "ddp-eager", "floor", "ddp-compiled", "zero2-eager", "zero3-eager", "zero1-eager", "profile"]
+    assert ran[: len(must)] == must, ran
+    for name in order:  # docs/gpu.md's table names every item
+        assert f"`{name}`" in (REPO / "docs" / "gpu.md").read_text(), name
 
 
 def make_wheel(folder, name: str, version: str = "0.1"):
