@@ -36,7 +36,7 @@ def dry_run(tmp_path_factory):
     env = launch_env()
     env.pop("OMP_NUM_THREADS")  # as `make gpu-check` runs it: each process takes the cores it finds
     proc = subprocess.run([sys.executable, str(SCRIPT), "--dry_run", "--output_dir", str(out)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
+                          capture_output=True, text=True, timeout=1500)  # fmt: skip
     assert proc.returncode == 0, (
         f"gpu_check --dry_run failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-4000:]}"
     )
