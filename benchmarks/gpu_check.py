@@ -150,7 +150,7 @@ def parse(argv=None) -> argparse.Namespace:
         "--budget_s",
         type=float,
         default=None,
-        help="Total seconds for every item (default 515 on the GPU; 1200 dry, a cap for loaded machines: docs/gpu.md).",
+        help="Total seconds for every item (default 515 on the GPU; 1200 dry, a cap for slow machines: docs/gpu.md).",
     )
     parser.add_argument(
         "--only",
