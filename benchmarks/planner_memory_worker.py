@@ -161,14 +161,11 @@ def summarise(timeline, steps) -> dict:
 
 
 def engine_of_training_args(training_args):
-    """The run's `Engine` from the TrainingArguments this worker builds (the recipe's `arguments.parse.run_engine`,
-    without loading the recipe's argument groups)."""
-    from hf_vit_scaling.parallel.engine import engine_of
+    """The run's `Engine` from the TrainingArguments this worker builds: the recipe's own read
+    (`arguments.parse.run_engine`); a DeepSpeed config reached TrainingArguments as a path, which names itself."""
+    from hf_vit_scaling.arguments.parse import run_engine
 
-    if training_args.deepspeed:
-        path = training_args.deepspeed if isinstance(training_args.deepspeed, str) else None
-        return engine_of(training_args.hf_deepspeed_config, ds_config_path=path)
-    return engine_of(fsdp_plugin_args=training_args.fsdp_plugin_args)
+    return run_engine(training_args, ds_config_path=None)
 
 
 def what_trained(trainer, training_args) -> dict:
