@@ -39,6 +39,7 @@ def compiled_frames(model) -> list[dict]:
     from torch._dynamo.utils import get_compilation_metrics
 
     codes, (source, first, last) = forward_code(model)
+    model_files = {inspect.getsourcefile(type(module)) for module in model.modules()}
     frames = []
     for metrics in get_compilation_metrics():
         if metrics.co_name is None:
@@ -51,6 +52,9 @@ def compiled_frames(model) -> list[dict]:
             "function": metrics.co_name,
             "file": "/".join(Path(metrics.co_filename).parts[-3:]),
             "graph_ops": metrics.graph_op_count or 0,
+            # dynamo resumes after a graph break in a function named torch_dynamo_resume_in_<function>_at_<line>, in
+            # the broken function's file: one in a file of the model's modules is a break inside the model
+            "resumed_in_model": metrics.co_name.startswith("torch_dynamo_resume_in_") and where[0] in model_files,
             "model_forward": where in codes or resumed,  # traced from the model class's forward
             "parameters": sorted(name for name in shapes if "_parameters_" in name),
         })  # fmt: skip
