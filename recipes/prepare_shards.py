@@ -77,11 +77,27 @@ def main(argv=None) -> int:
     setup_logging()
     try:
         args = parse(argv)
-        spec = SourceSpec(args.dataset_name, args.dataset_config_name, args.train_dir, args.validation_dir,
-                          args.image_column_name, args.label_column_name, args.cache_dir)  # fmt: skip
+        spec = SourceSpec(
+            args.dataset_name,
+            args.dataset_config_name,
+            args.train_dir,
+            args.validation_dir,
+            args.image_column_name,
+            args.label_column_name,
+            args.cache_dir,
+        )
         seed = None if args.keep_order else args.shuffle_seed
-        summary = prepare_shards(spec, args.output_dir, args.size, args.channels, args.shard_rows, args.num_proc,
-                                 args.compression, seed, after_shard=prepare_fault)  # fmt: skip
+        summary = prepare_shards(
+            spec,
+            args.output_dir,
+            args.size,
+            args.channels,
+            args.shard_rows,
+            args.num_proc,
+            args.compression,
+            seed,
+            after_shard=prepare_fault,
+        )
     except UserInputError as err:
         return exit_code_for(err)
     print(json.dumps(summary))

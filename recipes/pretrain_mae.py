@@ -50,15 +50,21 @@ def train(argv=None) -> None:
 
     # Data (labels kept only for the k-NN probe) and the MAE model (the same seed gives the same weights)
     set_seed(training.seed)
-    data = load_image_classification_data(args.data, seed=training.seed, cache_dir=args.model.cache_dir,
-                                          streaming=args.streaming)  # fmt: skip
+    data = load_image_classification_data(
+        args.data, seed=training.seed, cache_dir=args.model.cache_dir, streaming=args.streaming
+    )
     model, processor, model_desc = build_mae_model(args, data.label_names)
     inputs = prepare_mae_inputs(args, world, data, model, processor, model_desc)
 
     # Trainer: the model's forward returns the reconstruction loss; evaluation adds the k-NN accuracy. The splits and
     # features are train_vit.py's (`trainer_arguments`); the classification-only ones were refused at parse time.
-    trainer = MaeTrainer(model=model, args=training, processing_class=processor, knn=inputs.knn,
-                         **trainer_arguments(args, world, inputs))  # fmt: skip
+    trainer = MaeTrainer(
+        model=model,
+        args=training,
+        processing_class=processor,
+        knn=inputs.knn,
+        **trainer_arguments(args, world, inputs),
+    )
 
     # Training, then the picture, evaluation (k-NN accuracy), pretraining.json and the done line
     try:

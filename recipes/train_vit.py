@@ -57,14 +57,16 @@ def train(argv=None) -> None:
 
     # Data and model (the same seed gives the same initial weights)
     set_seed(training.seed)
-    data = load_image_classification_data(args.data, seed=training.seed, cache_dir=args.model.cache_dir,
-                                          streaming=args.streaming)  # fmt: skip
+    data = load_image_classification_data(
+        args.data, seed=training.seed, cache_dir=args.model.cache_dir, streaming=args.streaming
+    )
     model, processor, model_desc = build_model(args.model, data.label_names, args.distillation.distillation_token)
     inputs = prepare_inputs(args, world, data, model, processor, model_desc)
 
     # Trainer: the splits, metrics and every feature the flags turn on (`trainer_arguments`, shared by the recipes)
-    trainer = VitTrainer(model=model, args=training, processing_class=processor,
-                         **trainer_arguments(args, world, inputs))  # fmt: skip
+    trainer = VitTrainer(
+        model=model, args=training, processing_class=processor, **trainer_arguments(args, world, inputs)
+    )
 
     # Training, then evaluation, reports, model card and the done line
     try:

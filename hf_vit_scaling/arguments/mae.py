@@ -77,8 +77,17 @@ class MaeArguments:
             raise UserInputError(
                 f"--mask_ratio must be in (0, 1), got {self.mask_ratio}. Fix: pass a fraction such as 0.75."
             )
-        require_at_least(self, 1, "decoder_hidden_size", "decoder_num_hidden_layers", "decoder_num_attention_heads",
-                         "decoder_intermediate_size", "knn_train_samples", "knn_eval_samples", "knn_k")  # fmt: skip
+        require_at_least(
+            self,
+            1,
+            "decoder_hidden_size",
+            "decoder_num_hidden_layers",
+            "decoder_num_attention_heads",
+            "decoder_intermediate_size",
+            "knn_train_samples",
+            "knn_eval_samples",
+            "knn_k",
+        )
         require_at_least(self, 0, "knn_eval_steps", "reconstruction_images")
         if not self.knn_temperature > 0:
             raise UserInputError(

@@ -56,8 +56,10 @@ def check_streaming(args) -> None:
         raise UserInputError(f"--streaming {what}. Fix: {fix}.")
 
     if training.max_steps <= 0:
-        refuse("has no length to derive a schedule from (the Trainer needs --max_steps with an iterable data set)",
-               "pass --max_steps N; one pass is rows / (per-device batch x processes) steps")  # fmt: skip
+        refuse(
+            "has no length to derive a schedule from (the Trainer needs --max_steps with an iterable data set)",
+            "pass --max_steps N; one pass is rows / (per-device batch x processes) steps",
+        )
     if data.train_dir:
         refuse("reads --dataset_name or --train_files, not --train_dir", "drop --train_dir or --streaming")
     if not (data.dataset_name or args.streaming.train_files):
@@ -71,9 +73,13 @@ def check_streaming(args) -> None:
     if args.cluster.balance_batches != "off":
         refuse("forms equal batches per rank", "drop --balance_batches")
     if args.engine.sequence_parallel_size > 1:
-        refuse("gives every rank its own rows; sequence parallelism needs ranks that share images",
-               "drop --sequence_parallel_size")  # fmt: skip
+        refuse(
+            "gives every rank its own rows; sequence parallelism needs ranks that share images",
+            "drop --sequence_parallel_size",
+        )
     for flag in ("eval_strategy", "save_strategy"):
         if getattr(training, flag) == "epoch":
-            refuse(f"has no epochs for --{flag} epoch (passes follow each other within one Trainer epoch)",
-                   f"use --{flag} steps")  # fmt: skip
+            refuse(
+                f"has no epochs for --{flag} epoch (passes follow each other within one Trainer epoch)",
+                f"use --{flag} steps",
+            )

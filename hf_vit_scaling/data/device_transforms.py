@@ -151,8 +151,15 @@ class DevicePreprocessor:
         """The training augmentation the data flags give at `size` (`crops_at`, `flips_at`, --random_crop_padding);
         crop_on_device False leaves the random resized crop to the host (`--input_path host_crop`)."""
         crop = crop_on_device and crops_at(data_args.random_resized_crop, size)
-        return cls(size, mean, std, crop, data_args.crop_scale_min, flips_at(data_args.horizontal_flip, size),
-                   data_args.random_crop_padding)  # fmt: skip
+        return cls(
+            size,
+            mean,
+            std,
+            crop,
+            data_args.crop_scale_min,
+            flips_at(data_args.horizontal_flip, size),
+            data_args.random_crop_padding,
+        )
 
     def __call__(self, pixels: torch.Tensor, train: bool) -> torch.Tensor:
         x = pixels
@@ -165,8 +172,9 @@ class DevicePreprocessor:
             else:  # host_crop's crops, or crops off: only mirrors and whole-pixel shifts, exact as index gathers
                 x = mirror_and_shift(x, theta)
         elif x.shape[-2:] != (self.size, self.size):
-            x = F.interpolate(as_float(x), size=(self.size, self.size), mode="bilinear", antialias=True,
-                              align_corners=False)  # fmt: skip
+            x = F.interpolate(
+                as_float(x), size=(self.size, self.size), mode="bilinear", antialias=True, align_corners=False
+            )
         return self.normalize(x, fresh=x is not pixels)
 
     def normalize(self, x: torch.Tensor, fresh: bool) -> torch.Tensor:

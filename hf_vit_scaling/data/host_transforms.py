@@ -71,8 +71,16 @@ class ImageTransform:
     @classmethod
     def from_data_args(cls, size: int, mean, std, train: bool, data_args) -> "ImageTransform":
         """The augmentation the data flags give at `size` (`crops_at`, `flips_at`, --random_crop_padding)."""
-        return cls(size, mean, std, train, crops_at(data_args.random_resized_crop, size), data_args.crop_scale_min,
-                   flips_at(data_args.horizontal_flip, size), data_args.random_crop_padding)  # fmt: skip
+        return cls(
+            size,
+            mean,
+            std,
+            train,
+            crops_at(data_args.random_resized_crop, size),
+            data_args.crop_scale_min,
+            flips_at(data_args.horizontal_flip, size),
+            data_args.random_crop_padding,
+        )
 
     def __call__(self, image) -> torch.Tensor:
         pixels = pil_to_uint8_tensor(image) if isinstance(image, Image.Image) else image

@@ -46,11 +46,13 @@ def attach_input_path(
     are seeded per sample from it); `stream_batches`: how a stream batches (the Trainer's loader settings);
     `resume_from`: the checkpoint a stream continues from (its data position)."""
     if is_streaming(data):  # batches are made in the stream; its items already carry their sample ids
-        splits, collate, preprocessor, path = attach_streaming_transforms(data, data_args, stream_batches, size, mean,
-                                                                          std, resume_from)  # fmt: skip
+        splits, collate, preprocessor, path = attach_streaming_transforms(
+            data, data_args, stream_batches, size, mean, std, resume_from
+        )
     else:
-        splits, collate, preprocessor, path = attach_map_style_transforms(data, data_args, size, mean, std,
-                                                                          eval_crop_pct, on_cpu)  # fmt: skip
+        splits, collate, preprocessor, path = attach_map_style_transforms(
+            data, data_args, size, mean, std, eval_crop_pct, on_cpu
+        )
         # Batches say which rows they hold (skipped images, --trace_samples); host draws are seeded per sample.
         splits = with_sample_index(splits, seed=seed)
     path.check_eval_crop(eval_crop_pct)
@@ -64,12 +66,15 @@ def attach_map_style_transforms(
     `on_cpu`: the model runs on the host's cores, so `auto` times the paths there (rank 0's figures decide for every
     rank)."""
     # The CPU probe builds its own copies of each path on a few training images.
-    build = partial(build_input_transforms, size=size, mean=mean, std=std, data_args=data_args,
-                    eval_crop_pct=eval_crop_pct)  # fmt: skip
+    build = partial(
+        build_input_transforms, size=size, mean=mean, std=std, data_args=data_args, eval_crop_pct=eval_crop_pct
+    )
     cpu_timer = (lambda paths: gather_object(cpu_seconds_per_image(data, paths, build))[0]) if on_cpu else None
     input_path = choose_input_path(data, data_args.input_path, cpu_timer)
     crop, flip = crops_at(data_args.random_resized_crop, size), flips_at(data_args.horizontal_flip, size)
     crop_text = f"on (scale {data_args.crop_scale_min}-1)" if crop else "off"
-    logger.info(f"Training augmentation at {size} px: random resized crop {crop_text}, horizontal flip "
-                f"{'on' if flip else 'off'}, random shift of up to {data_args.random_crop_padding} px.")  # fmt: skip
+    logger.info(
+        f"Training augmentation at {size} px: random resized crop {crop_text}, horizontal flip "
+        f"{'on' if flip else 'off'}, random shift of up to {data_args.random_crop_padding} px."
+    )
     return *input_path.attach_map_style(data, size, mean, std, data_args, eval_crop_pct), input_path

@@ -256,8 +256,10 @@ def prepare_shards(
                 os.remove(os.path.join(folder, name))  # a killed run's unfinished shard or record
 
     tasks = plan_tasks(source, shard_rows, shuffle_seed)
-    logger.info(f"Preparing {len(tasks)} shard(s) of {source.name!r} at {size}x{size}x{resolved_channels} into "
-                f"{output_dir} with {num_proc} process(es).")  # fmt: skip
+    logger.info(
+        f"Preparing {len(tasks)} shard(s) of {source.name!r} at {size}x{size}x{resolved_channels} into "
+        f"{output_dir} with {num_proc} process(es)."
+    )
     worker_settings = {"out_dir": output_dir, "size": size, "channels": resolved_channels, "compression": compression}
     records, every = [], max(1, len(tasks) // 20)
     if num_proc > 1:

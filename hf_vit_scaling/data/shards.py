@@ -70,8 +70,10 @@ def manifest_shards(manifest: dict, root: str, split: str) -> list[tuple[str, in
     """[(URL, rows)] of a split's shards in the manifest's order, each listed as {file, rows}; `file` is relative to
     ROOT (a path with a slash, as the prepare step writes it) or to `ROOT/<split>/` (a bare name)."""
     base = root.rstrip("/")
-    return [(f"{base}/{s['file']}" if "/" in s["file"] else f"{base}/{split}/{s['file']}", int(s["rows"]))
-            for s in manifest["splits"].get(split) or []]  # fmt: skip
+    return [
+        (f"{base}/{s['file']}" if "/" in s["file"] else f"{base}/{split}/{s['file']}", int(s["rows"]))
+        for s in manifest["splits"].get(split) or []
+    ]
 
 
 def _missing_shards(fs, manifest: dict, root: str) -> list[str]:

@@ -22,8 +22,9 @@ def teacher_card_rows(distil) -> dict:
 def resolved_summary(resolved: dict) -> str:
     """The DeepSpeed values the project set, for the card's setup table: "reduce_bucket_size=120832 (1 gradient
     flush a step ...); timers={...} (...)"."""
-    return "; ".join(f"{key.rsplit('.', 1)[-1]}={json.dumps(entry['value'])} ({entry['reason']})"
-                     for key, entry in resolved.items())  # fmt: skip
+    return "; ".join(
+        f"{key.rsplit('.', 1)[-1]}={json.dumps(entry['value'])} ({entry['reason']})" for key, entry in resolved.items()
+    )
 
 
 def model_card_facts(training, model_args, engine, lr_info: dict, sp_size: int, data, model, model_desc: str) -> dict:
@@ -32,9 +33,11 @@ def model_card_facts(training, model_args, engine, lr_info: dict, sp_size: int, 
     `parallel.engine.Engine`; `lr_info`: the learning-rate rule applied (`optim.lr_scaling.lr_for_global_batch`);
     `sp_size`: the sequence-parallel size."""
     gas = training.gradient_accumulation_steps
-    lr_scaling = "none" if lr_info["rule"] == "none" else (
-        f"{lr_info['rule']} from {lr_info['base_lr']:g} at batch {lr_info['reference_batch']}"
-    )  # fmt: skip
+    lr_scaling = (
+        "none"
+        if lr_info["rule"] == "none"
+        else (f"{lr_info['rule']} from {lr_info['base_lr']:g} at batch {lr_info['reference_batch']}")
+    )
     pretrained = pretraining_summary(model_args.model_name_or_path) if model_args.model_name_or_path else None
     return {
         "model_name": os.path.basename(os.path.normpath(training.output_dir)),

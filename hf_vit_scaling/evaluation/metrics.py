@@ -57,8 +57,9 @@ class ModuleComputeMetrics:
     def __init__(self, label_names: list[str]):
         self.label_names = list(label_names)
         self.num_labels = len(self.label_names)
-        self.modules = {name: load_metric(name) for name in ("accuracy", "macro_f1", "per_class_accuracy",
-                                                             "confusion_matrix")}  # fmt: skip
+        self.modules = {
+            name: load_metric(name) for name in ("accuracy", "macro_f1", "per_class_accuracy", "confusion_matrix")
+        }
         self.top_k = load_metric("top_k_accuracy") if self.num_labels > 5 else None
         self.latest: dict | None = None
 

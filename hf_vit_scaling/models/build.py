@@ -19,16 +19,28 @@ def build_model(model_args, label_names: list[str], distillation_token: bool = F
     if model_args.model_name_or_path:
         # --image_size with a checkpoint: high-resolution fine-tuning, position embeddings interpolated once.
         name = model_args.model_name_or_path
-        model = load_model_for_finetuning(name, label_names, model_args.model_revision, model_args.cache_dir,
-                                          model_args.attn_implementation, model_args.image_size)  # fmt: skip
+        model = load_model_for_finetuning(
+            name,
+            label_names,
+            model_args.model_revision,
+            model_args.cache_dir,
+            model_args.attn_implementation,
+            model_args.image_size,
+        )
         processor = AutoImageProcessor.from_pretrained(
             name, revision=model_args.model_revision, cache_dir=model_args.cache_dir
         )
         if model_args.image_size:
             processor.size = {"height": model_args.image_size, "width": model_args.image_size}
         return model, processor, f"fine-tuned from {name}"
-    config = preset_config(model_args.preset, label_names, model_args.image_size, model_args.patch_size,
-                           model_args.attn_implementation, model_args.config_overrides)  # fmt: skip
+    config = preset_config(
+        model_args.preset,
+        label_names,
+        model_args.image_size,
+        model_args.patch_size,
+        model_args.attn_implementation,
+        model_args.config_overrides,
+    )
     changed = f" ({model_args.config_overrides})" if model_args.config_overrides else ""
     processor = image_processor_for(config)
     if distillation_token:

@@ -23,8 +23,12 @@ from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.log import logger
 from hf_vit_scaling.models.weights import shape_problems, some_keys
 
-DECODER_FIELDS = ("decoder_hidden_size", "decoder_num_hidden_layers", "decoder_num_attention_heads",
-                  "decoder_intermediate_size")  # fmt: skip
+DECODER_FIELDS = (
+    "decoder_hidden_size",
+    "decoder_num_hidden_layers",
+    "decoder_num_attention_heads",
+    "decoder_intermediate_size",
+)
 # The paper's decoder (512 wide, 8 blocks, 16 heads, MLP 4x) for the standard sizes; half as wide and deep for the
 # small ones (a decoder as wide as ViT-Ti's encoder would cost more than it); vit-tiny-cpu's is CPU-sized.
 _DECODER_ROWS = {
@@ -43,11 +47,27 @@ ENCODER_PREFIX, DECODER_PREFIX = "vit.", "decoder."
 def mae_config(vit_config: ViTConfig, mask_ratio: float, norm_pix_loss: bool, decoder: dict) -> ViTMAEConfig:
     """A ViTMAEConfig whose encoder is `vit_config` (a preset's, from `presets.preset_config`) and whose decoder has
     the sizes in `decoder` (`DECODER_FIELDS`)."""
-    keep = ("image_size", "patch_size", "num_channels", "hidden_size", "num_hidden_layers", "num_attention_heads",
-            "intermediate_size", "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob",
-            "initializer_range", "layer_norm_eps", "qkv_bias")  # fmt: skip
-    config = ViTMAEConfig(**{key: getattr(vit_config, key) for key in keep}, mask_ratio=mask_ratio,
-                          norm_pix_loss=norm_pix_loss, **decoder)  # fmt: skip
+    keep = (
+        "image_size",
+        "patch_size",
+        "num_channels",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "hidden_act",
+        "hidden_dropout_prob",
+        "attention_probs_dropout_prob",
+        "initializer_range",
+        "layer_norm_eps",
+        "qkv_bias",
+    )
+    config = ViTMAEConfig(
+        **{key: getattr(vit_config, key) for key in keep},
+        mask_ratio=mask_ratio,
+        norm_pix_loss=norm_pix_loss,
+        **decoder,
+    )
     if config.decoder_hidden_size % config.decoder_num_attention_heads:
         raise UserInputError(
             f"--decoder_hidden_size {config.decoder_hidden_size} is not a multiple of --decoder_num_attention_heads "
@@ -68,9 +88,21 @@ def is_mae_checkpoint(name_or_path: str) -> bool:
 
 def vit_config_from_mae(config: ViTMAEConfig) -> ViTConfig:
     """The classifier whose encoder is the MAE's: the same sizes (ViTConfig's fields), no masking, no decoder."""
-    keep = ("image_size", "patch_size", "num_channels", "hidden_size", "num_hidden_layers", "num_attention_heads",
-            "intermediate_size", "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob",
-            "initializer_range", "layer_norm_eps", "qkv_bias")  # fmt: skip
+    keep = (
+        "image_size",
+        "patch_size",
+        "num_channels",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "hidden_act",
+        "hidden_dropout_prob",
+        "attention_probs_dropout_prob",
+        "initializer_range",
+        "layer_norm_eps",
+        "qkv_bias",
+    )
     return ViTConfig(**{key: getattr(config, key) for key in keep})
 
 
@@ -142,8 +174,10 @@ def load_mae_encoder_for_finetuning(
             f"(missing {some_keys(new)}; unexpected {some_keys(info['unexpected_keys'])}). Fix: pass the output "
             "folder of a recipes/pretrain_mae.py run."
         )
-    logger.info(f"Loaded {len(encoder)}/{len(encoder)} encoder tensors from the MAE checkpoint {name_or_path}; "
-                f"dropped {len(decoder)} decoder tensors; new: {', '.join(new)}")  # fmt: skip
+    logger.info(
+        f"Loaded {len(encoder)}/{len(encoder)} encoder tensors from the MAE checkpoint {name_or_path}; "
+        f"dropped {len(decoder)} decoder tensors; new: {', '.join(new)}"
+    )
     return model
 
 
@@ -157,6 +191,8 @@ def pretraining_summary(name_or_path: str) -> str | None:
         run = json.load(f)
     knn = run.get("knn_accuracy")
     knn_text = f", k-NN accuracy {knn:.4f}" if isinstance(knn, (int, float)) else ""
-    return (f"MAE {name_or_path} ({run.get('model', '?')}, mask ratio {run.get('mask_ratio')}, "
-            f"norm_pix_loss {run.get('norm_pix_loss')}, {run.get('steps')} steps on {run.get('dataset', '?')}"
-            f"{knn_text})")  # fmt: skip
+    return (
+        f"MAE {name_or_path} ({run.get('model', '?')}, mask ratio {run.get('mask_ratio')}, "
+        f"norm_pix_loss {run.get('norm_pix_loss')}, {run.get('steps')} steps on {run.get('dataset', '?')}"
+        f"{knn_text})"
+    )

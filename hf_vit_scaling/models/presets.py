@@ -26,8 +26,14 @@ from hf_vit_scaling.models.weights import read_state_dict, some_keys
 # Standard sizes: ViT-B/L/H from Dosovitskiy et al. 2021 (Table 1), Ti/S from DeiT (Touvron et al. 2021).
 # vit-tiny-cpu is CPU-sized, for tests and the README's main job: 32 px, patch 4 -> 64 patches + CLS = 65 tokens.
 # vit-b-16 is the study's model: 224 px, 86 M parameters.
-PRESET_FIELDS = ("image_size", "patch_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                 "intermediate_size")  # fmt: skip
+PRESET_FIELDS = (
+    "image_size",
+    "patch_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+)
 _PRESET_ROWS = {
     "vit-tiny-cpu": (32, 4, 96, 4, 4, 192),
     "vit-ti-16": (224, 16, 192, 12, 3, 768),
@@ -138,10 +144,25 @@ def with_distillation_token(config: ViTConfig) -> DeiTConfig:
     """The preset's ViT as a DeiT with a distillation token (`DeiTForImageClassificationWithTeacher`): the same
     sizes and classes, one more token (the sequence is patches + 2) and a second head. Evaluation reads only `logits`
     (the two heads' average, DeiT's inference), so the Trainer is told to leave the two heads' own outputs out."""
-    keep = ("image_size", "patch_size", "num_channels", "hidden_size", "num_hidden_layers", "num_attention_heads",
-            "intermediate_size", "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob",
-            "initializer_range", "layer_norm_eps", "qkv_bias", "num_labels", "id2label", "label2id",
-            "problem_type")  # fmt: skip
+    keep = (
+        "image_size",
+        "patch_size",
+        "num_channels",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "hidden_act",
+        "hidden_dropout_prob",
+        "attention_probs_dropout_prob",
+        "initializer_range",
+        "layer_norm_eps",
+        "qkv_bias",
+        "num_labels",
+        "id2label",
+        "label2id",
+        "problem_type",
+    )
     deit = DeiTConfig(**{key: getattr(config, key) for key in keep})
     deit.keys_to_ignore_at_inference = ["cls_logits", "distillation_logits"]
     deit._attn_implementation = config._attn_implementation
@@ -349,8 +370,9 @@ def load_model_for_finetuning(
                 "--image_size (or pretrain at the size you want)."
             )
         files = _checkpoint_files(name_or_path, revision, cache_dir)
-        return load_mae_encoder_for_finetuning(name_or_path, label_names, label_maps(label_names),
-                                               lambda: read_state_dict(files), attn_implementation)  # fmt: skip
+        return load_mae_encoder_for_finetuning(
+            name_or_path, label_names, label_maps(label_names), lambda: read_state_dict(files), attn_implementation
+        )
     config = ViTConfig.from_pretrained(name_or_path, revision=revision, cache_dir=cache_dir)
     keep_head = same_labels(config.id2label, label_names)
     config.update(label_maps(label_names))  # the data's classes (the head is new unless they are the saved ones)

@@ -39,13 +39,28 @@ class Optimization:
         if self.layer_decay is not None:
             self.report = LayerDecayReport()
 
-    def scale_learning_rate(self, learning_rate: float, warmup_steps: float, per_device_batch: int, accumulation: int,
-                            world_size: int, sequence_parallel_size: int = 1) -> dict:  # fmt: skip
+    def scale_learning_rate(
+        self,
+        learning_rate: float,
+        warmup_steps: float,
+        per_device_batch: int,
+        accumulation: int,
+        world_size: int,
+        sequence_parallel_size: int = 1,
+    ) -> dict:
         """The learning rate and warmup for the run's global batch (`lr_scaling.lr_for_global_batch`, before the
         Trainer exists: the caller gives the Trainer "lr" and "warmup_steps"); the rule applied, for the card and the
         log."""
-        return lr_for_global_batch(learning_rate, warmup_steps, per_device_batch, accumulation, world_size,
-                                   self.lr_scaling, self.reference_batch_size, sequence_parallel_size)  # fmt: skip
+        return lr_for_global_batch(
+            learning_rate,
+            warmup_steps,
+            per_device_batch,
+            accumulation,
+            world_size,
+            self.lr_scaling,
+            self.reference_batch_size,
+            sequence_parallel_size,
+        )
 
     def optimizer_cls_and_kwargs(self, trainer, model) -> tuple[type, dict] | None:
         """The optimizer class and its arguments for `trainer.optimizer_cls_and_kwargs` (the Trainer's

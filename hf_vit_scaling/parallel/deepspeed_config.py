@@ -156,8 +156,14 @@ def bucket_flushes(numels_in_backward_order: list[int], bucket: int) -> int:
     return flushes + (filled > 0)
 
 
-def model_sized_values(config: ConfigReading, tensor_numels: list[int], small_tensor_max: int, world_size: int,
-                       layer_class: str | None, on_gpu: bool = True) -> dict[str, tuple[Any, str]]:  # fmt: skip
+def model_sized_values(
+    config: ConfigReading,
+    tensor_numels: list[int],
+    small_tensor_max: int,
+    world_size: int,
+    layer_class: str | None,
+    on_gpu: bool = True,
+) -> dict[str, tuple[Any, str]]:
     """The values of a DeepSpeed config (its `ConfigReading`) that depend on the model, chosen from its real tensors:
     {dotted key: (value, reason)}. Only keys the user left out or set to "auto" are chosen; a number in the file
     always wins.

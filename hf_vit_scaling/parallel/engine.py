@@ -74,8 +74,9 @@ class Engine:
         numels = [int(getattr(p, "ds_numel", p.numel())) for p in params]  # ZeRO-3 built it partitioned
         small = [n for p, n in zip(params, numels) if len(getattr(p, "ds_shape", p.shape)) < 2]
         layer = encoder_layer_class(model)
-        for key, (value, reason) in model_sized_values(self.reading, numels, max(small, default=0), world_size,
-                                                       layer, on_gpu).items():  # fmt: skip
+        for key, (value, reason) in model_sized_values(
+            self.reading, numels, max(small, default=0), world_size, layer, on_gpu
+        ).items():
             self.set_values({key: value}, reason)
 
     @property

@@ -231,6 +231,8 @@ def balanced_rank_batches(
     else:
         shares = parse_shares(mode, world)
     sizes = split_batch(global_batch, shares)
-    logger.info(f"Balanced micro-batches per rank: {sizes} (shares {[round(s, 3) for s in shares]}, "
-                f"global batch {global_batch})")  # fmt: skip
+    logger.info(
+        f"Balanced micro-batches per rank: {sizes} (shares {[round(s, 3) for s in shares]}, "
+        f"global batch {global_batch})"
+    )
     return sizes

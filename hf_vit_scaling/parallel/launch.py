@@ -8,8 +8,9 @@ from pathlib import Path
 LAUNCHERS = ("python", "torchrun", "accelerate", "deepspeed")
 
 
-def launch_command(launcher: str, nproc: int, port: int, nnodes: int = 1, node_rank: int = 0,
-                   master_addr: str = "127.0.0.1") -> list[str]:  # fmt: skip
+def launch_command(
+    launcher: str, nproc: int, port: int, nnodes: int = 1, node_rank: int = 0, master_addr: str = "127.0.0.1"
+) -> list[str]:
     """The launcher's argv up to the script: `nproc` processes on each of `nnodes` nodes (this one is `node_rank`),
     meeting at `master_addr:port`. torchrun runs as `python -m torch.distributed.run` (what its console script
     does), so it works wherever this Python's torch does; accelerate and deepspeed are the console scripts beside
@@ -18,15 +19,42 @@ def launch_command(launcher: str, nproc: int, port: int, nnodes: int = 1, node_r
     if launcher == "python":
         return [sys.executable]
     if launcher == "torchrun":
-        return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--nnodes",
-                str(nnodes), "--node_rank", str(node_rank), "--master_addr", master_addr, "--master_port",
-                str(port)]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            str(nproc),
+            "--nnodes",
+            str(nnodes),
+            "--node_rank",
+            str(node_rank),
+            "--master_addr",
+            master_addr,
+            "--master_port",
+            str(port),
+        ]
     if launcher == "accelerate":
         world = nproc * nnodes
-        return [str(bin_dir / "accelerate"), "launch", *(["--multi_gpu"] if world > 1 else []), "--num_processes",
-                str(world), "--num_machines", str(nnodes), "--machine_rank", str(node_rank), "--main_process_ip",
-                master_addr, "--main_process_port", str(port), "--mixed_precision", "no", "--dynamo_backend",
-                "no"]  # fmt: skip
+        return [
+            str(bin_dir / "accelerate"),
+            "launch",
+            *(["--multi_gpu"] if world > 1 else []),
+            "--num_processes",
+            str(world),
+            "--num_machines",
+            str(nnodes),
+            "--machine_rank",
+            str(node_rank),
+            "--main_process_ip",
+            master_addr,
+            "--main_process_port",
+            str(port),
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+        ]
     if launcher == "deepspeed":
         return [str(bin_dir / "deepspeed"), "--num_accelerators", str(nproc), "--master_port", str(port)]
     raise ValueError(f"unknown launcher {launcher!r}: one of {', '.join(LAUNCHERS)}")

@@ -312,8 +312,9 @@ def settings_from(args: PlanArguments, ds_configs_dir: str) -> PlanSettings:
         preset.pop("mlp", None)
         shape = mae_shape(preset, args.decoder(), args.mask_ratio, args.image_size, args.patch_size)
     else:
-        shape = replace(vit_shape(preset, args.image_size, args.patch_size, args.num_labels),
-                        patch_dropout=args.patch_dropout)  # fmt: skip
+        shape = replace(
+            vit_shape(preset, args.image_size, args.patch_size, args.num_labels), patch_dropout=args.patch_dropout
+        )
     return PlanSettings(
         shape=shape,
         per_device_batch=args.per_device_train_batch_size,

@@ -11,8 +11,14 @@ def _gib(value: int) -> str:
     return f"{value / GiB:.2f}"
 
 
-PART_HEADERS = {"parameters": "params", "gradients": "grads", "optimizer_states": "optim", "activations": "activ",
-                "buffers": "buffers", "teacher": "teacher"}  # fmt: skip
+PART_HEADERS = {
+    "parameters": "params",
+    "gradients": "grads",
+    "optimizer_states": "optim",
+    "activations": "activ",
+    "buffers": "buffers",
+    "teacher": "teacher",
+}
 
 
 def teacher_lines(s: PlanSettings) -> list[str]:
@@ -47,8 +53,10 @@ def communication_lines(option) -> list[str]:
         return []
     lines = [f"Communication per step ({option.name}, per rank; ring volumes, no overlap):"]
     for t in terms:
-        lines.append(f"  {t.collective} of {t.what}: {t.bytes_per_rank / 1e9:.3f} GB over {t.link} at "
-                     f"{t.gbps:g} GB/s = {t.seconds:.4f} s")  # fmt: skip
+        lines.append(
+            f"  {t.collective} of {t.what}: {t.bytes_per_rank / 1e9:.3f} GB over {t.link} at "
+            f"{t.gbps:g} GB/s = {t.seconds:.4f} s"
+        )
     return lines
 
 
@@ -64,9 +72,11 @@ def format_plan(result: Plan) -> str:
     s = result.settings
     shape = s.shape
     if isinstance(shape, MaeShape):
-        model = (f"MAE: {shape.num_parameters / 1e6:.1f} M parameters, encoder on {shape.visible_tokens} of "
-                 f"{shape.tokens} tokens (mask ratio {shape.mask_ratio:g}), decoder {shape.decoder_hidden_size} "
-                 f"wide x {shape.decoder_num_hidden_layers} on {shape.tokens}")  # fmt: skip
+        model = (
+            f"MAE: {shape.num_parameters / 1e6:.1f} M parameters, encoder on {shape.visible_tokens} of "
+            f"{shape.tokens} tokens (mask ratio {shape.mask_ratio:g}), decoder {shape.decoder_hidden_size} "
+            f"wide x {shape.decoder_num_hidden_layers} on {shape.tokens}"
+        )
     else:
         model = f"ViT: {shape.num_parameters / 1e6:.1f} M parameters, {shape.tokens} tokens"
     lines = [

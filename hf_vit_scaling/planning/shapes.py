@@ -262,8 +262,9 @@ class MaeShape(VitShape):
         return groups
 
 
-def mae_shape(preset: dict, decoder: dict, mask_ratio: float = 0.75, image_size: int | None = None,
-              patch_size: int | None = None) -> MaeShape:  # fmt: skip
+def mae_shape(
+    preset: dict, decoder: dict, mask_ratio: float = 0.75, image_size: int | None = None, patch_size: int | None = None
+) -> MaeShape:
     """A `MaeShape` from a `models.MODEL_PRESETS` entry and a `models.mae.DECODER_PRESETS` entry."""
     values = dict(preset)
     values["image_size"] = image_size or values["image_size"]
@@ -328,8 +329,14 @@ class TokenStack:
 
     @classmethod
     def of(cls, shape: VitShape) -> TokenStack:
-        return cls(shape.tokens, shape.hidden_size, shape.intermediate_size, shape.num_attention_heads,
-                   shape.num_hidden_layers, shape.mlp)  # fmt: skip
+        return cls(
+            shape.tokens,
+            shape.hidden_size,
+            shape.intermediate_size,
+            shape.num_attention_heads,
+            shape.num_hidden_layers,
+            shape.mlp,
+        )
 
 
 def stack_bytes(
@@ -414,8 +421,9 @@ def activation_bytes(
     if isinstance(shape, MaeShape):
         return mae_activation_bytes(shape, batch, precision, gradient_checkpointing, autocast)
     residual_element = 4 if autocast else bytes_per_element(precision)
-    stack = stack_bytes(TokenStack.of(shape), batch, precision, gradient_checkpointing, sequence_parallel_size,
-                        autocast)  # fmt: skip
+    stack = stack_bytes(
+        TokenStack.of(shape), batch, precision, gradient_checkpointing, sequence_parallel_size, autocast
+    )
     layer, kept, recomputed = stack["one_layer"], stack["kept"], stack["recomputed"]
     forward_transient, working = stack["forward_transient"], stack["backward_working_set"]
     # The pixels (fp32 batch; in bf16 also the convolution's bf16 copy); the final LayerNorm's input, statistics and
@@ -457,10 +465,20 @@ def mae_activation_bytes(
 
     Backward starts at the top decoder layer: the working set and the recomputed layer are the decoder's."""
     residual = 4 if autocast else bytes_per_element(precision)
-    encoder = TokenStack(shape.visible_tokens, shape.hidden_size, shape.intermediate_size,
-                         shape.num_attention_heads, shape.num_hidden_layers)  # fmt: skip
-    decoder = TokenStack(shape.tokens, shape.decoder_hidden_size, shape.decoder_intermediate_size,
-                         shape.decoder_num_attention_heads, shape.decoder_num_hidden_layers)  # fmt: skip
+    encoder = TokenStack(
+        shape.visible_tokens,
+        shape.hidden_size,
+        shape.intermediate_size,
+        shape.num_attention_heads,
+        shape.num_hidden_layers,
+    )
+    decoder = TokenStack(
+        shape.tokens,
+        shape.decoder_hidden_size,
+        shape.decoder_intermediate_size,
+        shape.decoder_num_attention_heads,
+        shape.decoder_num_hidden_layers,
+    )
     enc = stack_bytes(encoder, batch, precision, gradient_checkpointing, 1, autocast)
     dec = stack_bytes(decoder, batch, precision, gradient_checkpointing, 1, autocast)
     pixel_count = batch * shape.num_channels * shape.image_size**2

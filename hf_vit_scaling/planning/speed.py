@@ -153,8 +153,14 @@ def communication_terms(
                      settings.intra_node_gbps),
         ]  # fmt: skip
         shard = math.ceil(psi / g) * p
-        across = CommTerm("all-reduce", f"{dtype} gradient shard across replicas", shard,
-                          int(2 * (r - 1) / r * shard), "inter-node", settings.inter_node_gbps / g)  # fmt: skip
+        across = CommTerm(
+            "all-reduce",
+            f"{dtype} gradient shard across replicas",
+            shard,
+            int(2 * (r - 1) / r * shard),
+            "inter-node",
+            settings.inter_node_gbps / g,
+        )
         return [*inside, across]
     link, gbps = ring_link(settings)
     ring = (n - 1) / n

@@ -164,8 +164,11 @@ def build_grid(a: StudyArguments) -> list[dict]:
     configs = _once([c for c in a.ds_configs.split(",") if c], "--ds_configs", a.ds_configs)
     if a.study == "zero" and a.ds_configs == "zero0":
         configs = ["zero0", "zero1", "zero2", "zero2_offload", "zero3", "zero3_offload", "fsdp2", "fsdp2_offload"]
-    slow = _once([s.strip() for s in a.simulate_slow_ranks.split(";") if s.strip()], "--simulate_slow_ranks",
-                 a.simulate_slow_ranks)  # fmt: skip
+    slow = _once(
+        [s.strip() for s in a.simulate_slow_ranks.split(";") if s.strip()],
+        "--simulate_slow_ranks",
+        a.simulate_slow_ranks,
+    )
     slow = [("" if s == "none" else s) for s in slow] or [""]
     batch_sizes = _once(_ints(a.batch_sizes), "--batch_sizes", a.batch_sizes)
     accumulation_steps = _once(_ints(a.accumulation_steps), "--accumulation_steps", a.accumulation_steps)

@@ -88,8 +88,18 @@ class KnnProbe:
     classified; `collate` makes their batches; `prepare(batch)` (the Trainer's `_prepare_inputs`) moves a batch to
     the device in the model's dtype."""
 
-    def __init__(self, split, bank_rows: list[int], query_rows: list[int], collate, num_classes: int, k: int = 20,
-                 temperature: float = 0.07, features: str = "cls", batch_size: int = 64):  # fmt: skip
+    def __init__(
+        self,
+        split,
+        bank_rows: list[int],
+        query_rows: list[int],
+        collate,
+        num_classes: int,
+        k: int = 20,
+        temperature: float = 0.07,
+        features: str = "cls",
+        batch_size: int = 64,
+    ):
         self.split, self.bank_rows, self.query_rows, self.collate = split, bank_rows, query_rows, collate
         self.num_classes, self.k, self.temperature = num_classes, k, temperature
         self.features, self.batch_size = features, batch_size
@@ -133,5 +143,6 @@ class KnnProbe:
             query_features, query_labels = self._encode(model, self.query_rows, prepare)
         finally:
             model.train(was_training)
-        return knn_accuracy(bank_features, bank_labels, query_features, query_labels, self.k, self.temperature,
-                            self.num_classes)  # fmt: skip
+        return knn_accuracy(
+            bank_features, bank_labels, query_features, query_labels, self.k, self.temperature, self.num_classes
+        )

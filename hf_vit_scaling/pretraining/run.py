@@ -37,16 +37,24 @@ def build_mae_model(args, label_names: list[str]):
     """(model, image processor, description): the preset's ViTConfig as the encoder, the decoder from the preset's
     row of `models.mae.DECODER_PRESETS` and the flags."""
     model_args, mae = args.model, args.mae
-    vit = preset_config(model_args.preset, label_names, model_args.image_size, model_args.patch_size,
-                        model_args.attn_implementation, model_args.config_overrides)  # fmt: skip
+    vit = preset_config(
+        model_args.preset,
+        label_names,
+        model_args.image_size,
+        model_args.patch_size,
+        model_args.attn_implementation,
+        model_args.config_overrides,
+    )
     decoder = mae.decoder(model_args.preset)
     config = mae_config(vit, mae.mask_ratio, mae.norm_pix_loss, decoder)
     model = build_model_from_preset(config)
     patches = (config.image_size // config.patch_size) ** 2
     visible = mae_visible_patches(patches, mae.mask_ratio)
     sizes = ", ".join(f"{key.removeprefix('decoder_')} {value}" for key, value in decoder.items())
-    logger.info(f"MAE: encoder {model_args.preset} sees {visible} of {patches} patches (mask ratio "
-                f"{mae.mask_ratio:g}, norm_pix_loss {mae.norm_pix_loss}); decoder {sizes}")  # fmt: skip
+    logger.info(
+        f"MAE: encoder {model_args.preset} sees {visible} of {patches} patches (mask ratio "
+        f"{mae.mask_ratio:g}, norm_pix_loss {mae.norm_pix_loss}); decoder {sizes}"
+    )
     return model, image_processor_for(config), f"MAE pretraining of {model_args.preset}'s encoder"
 
 
@@ -99,8 +107,9 @@ def knn_split(args, data, inputs: TrainerInputs, size: int, mean, std) -> tuple:
     queries = validation.select(spread_rows(len(validation), mae.knn_eval_samples))
     both = concatenate_datasets([bank.with_format(None), queries.with_format(None)])
     probe_data = dataclasses.replace(data, splits=DatasetDict(train=both.select([0]), validation=both))
-    splits, collate, _ = build_input_transforms(probe_data, inputs.input_path, size, mean, std, args.data,
-                                                args.regularization.eval_crop_pct)  # fmt: skip
+    splits, collate, _ = build_input_transforms(
+        probe_data, inputs.input_path, size, mean, std, args.data, args.regularization.eval_crop_pct
+    )
     rows = list(range(len(bank)))
     return splits["validation"], rows, list(range(len(bank), len(bank) + len(queries))), collate
 
@@ -115,11 +124,22 @@ def prepare_mae_inputs(args, world: World, data, model, processor, model_desc: s
     mae = args.mae
     knn = None
     if bank and queries:
-        knn = KnnProbe(split, bank, queries, collate, len(data.label_names), mae.knn_k, mae.knn_temperature,
-                       mae.knn_features, args.training.per_device_eval_batch_size)  # fmt: skip
+        knn = KnnProbe(
+            split,
+            bank,
+            queries,
+            collate,
+            len(data.label_names),
+            mae.knn_k,
+            mae.knn_temperature,
+            mae.knn_features,
+            args.training.per_device_eval_batch_size,
+        )
         when = f"every {mae.knn_eval_steps} steps and at the end" if mae.knn_eval_steps else "at the end"
-        logger.info(f"k-NN evaluation: {len(bank)} labelled bank images, {len(queries)} queries, k {mae.knn_k}, "
-                    f"{mae.knn_features} features, unmasked; {when}.")  # fmt: skip
+        logger.info(
+            f"k-NN evaluation: {len(bank)} labelled bank images, {len(queries)} queries, k {mae.knn_k}, "
+            f"{mae.knn_features} features, unmasked; {when}."
+        )
     fields = {f.name: getattr(inputs, f.name) for f in dataclasses.fields(TrainerInputs)}
     fields.update(collate=WithoutLabels(inputs.collate), knn=knn)
     return MaeInputs(**fields)

@@ -76,8 +76,10 @@ def resolved_lines(resolved: dict) -> list[str]:
         value = entry["value"]
         shown = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else json.dumps(value)
         by_reason.setdefault(entry["reason"], []).append(f"{key.rsplit('.', 1)[-1]} {shown}")
-    return [f"{'deepspeed' if i == 0 else '':<13}{', '.join(keys)}: {reason}"
-            for i, (reason, keys) in enumerate(by_reason.items())]  # fmt: skip
+    return [
+        f"{'deepspeed' if i == 0 else '':<13}{', '.join(keys)}: {reason}"
+        for i, (reason, keys) in enumerate(by_reason.items())
+    ]
 
 
 def format_report(report: dict) -> str:

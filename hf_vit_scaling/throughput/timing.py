@@ -122,9 +122,17 @@ class ThroughputCallback(TrainerCallback):
     runs under `no_grad`) are counted beside the student's training FLOPs in the achieved TFLOP/s and MFU.
     """
 
-    def __init__(self, warmup_steps: int = 5, peak_tflops: float | None = None, engine=None,
-                 slow_ranks: dict[int, float] | None = None, rank_batches: list[int] | None = None,
-                 print_table: bool = True, sequence_parallel_size: int = 1, teacher_config=None):  # fmt: skip
+    def __init__(
+        self,
+        warmup_steps: int = 5,
+        peak_tflops: float | None = None,
+        engine=None,
+        slow_ranks: dict[int, float] | None = None,
+        rank_batches: list[int] | None = None,
+        print_table: bool = True,
+        sequence_parallel_size: int = 1,
+        teacher_config=None,
+    ):
         self.warmup_steps = warmup_steps
         self.user_peak_tflops = peak_tflops
         self.engine = engine
@@ -223,8 +231,16 @@ class ThroughputCallback(TrainerCallback):
         if self._step_begin is None:
             return
         end = self.marks.mark()
-        self._unread.append((self._step_previous_end, self._step_begin, end, self._pending_forwards,
-                             self._step_excluded, self._step_images))  # fmt: skip
+        self._unread.append(
+            (
+                self._step_previous_end,
+                self._step_begin,
+                end,
+                self._pending_forwards,
+                self._step_excluded,
+                self._step_images,
+            )
+        )
         self._last_end = end
         self.compile_watch.end_step()
 

@@ -48,8 +48,9 @@ def load_teacher_model(path: str) -> torch.nn.Module:
         raise UserInputError(f"--teacher_model {path!r} is not a folder. Fix: {TEACHER_FIX}")
     try:
         with zero3_init_off():
-            return from_pretrained_strictly(AutoModelForImageClassification, path, UserInputError,
-                                            "--teacher_model", TEACHER_FIX)  # fmt: skip
+            return from_pretrained_strictly(
+                AutoModelForImageClassification, path, UserInputError, "--teacher_model", TEACHER_FIX
+            )
     except UserInputError:
         raise
     except (OSError, ValueError, KeyError, RuntimeError) as err:

@@ -119,8 +119,11 @@ class StopOnSignal(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         received = self.agreed_signal() if self.stopped is None else None
         if received is not None:
-            self.stopped = {"signal": received, "step": state.global_step,
-                            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}  # fmt: skip
+            self.stopped = {
+                "signal": received,
+                "step": state.global_step,
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            }
             control.should_save = True  # whatever --save_strategy says: this step's checkpoint is the resume point
             control.should_evaluate = False
             control.should_training_stop = True
@@ -146,8 +149,12 @@ class StopOnSignal(TrainerCallback):
             return
         folder = os.path.join(output_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.stopped['step']}")
         problem = checkpoint_problem(folder)
-        record = {**self.stopped, "checkpoint": folder, "complete": problem is None,
-                  "exit_code": INTERRUPTED_EXIT_CODE}  # fmt: skip
+        record = {
+            **self.stopped,
+            "checkpoint": folder,
+            "complete": problem is None,
+            "exit_code": INTERRUPTED_EXIT_CODE,
+        }
         if is_main:
             write_json_atomically(os.path.join(output_dir, INTERRUPTED_FILE), record)
         saved = f"saved {folder}" if problem is None else f"{folder} is not complete ({problem})"

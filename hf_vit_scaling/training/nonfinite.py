@@ -54,8 +54,10 @@ class NonFiniteLossPolicy(TrainerCallback):
         self.skipped_steps.append(step)
         self.skip_this_step = True
         if self.trainer.is_world_process_zero():
-            logger.warning(f"warning: non-finite training loss at step {step} (loss on this rank {loss.item()}): "
-                           "step skipped on every rank (--on_nonfinite_loss skip).")  # fmt: skip
+            logger.warning(
+                f"warning: non-finite training loss at step {step} (loss on this rank {loss.item()}): "
+                "step skipped on every rank (--on_nonfinite_loss skip)."
+            )
 
     def _remember(self, flag: torch.Tensor, step: int, loss: torch.Tensor) -> None:
         """Keep the first non-finite step and its loss on the device: torch.where, no host read."""
@@ -65,8 +67,11 @@ class NonFiniteLossPolicy(TrainerCallback):
             return
         seen, first_step, first_loss = self._pending
         new = (flag > 0) & (seen == 0)
-        self._pending = (torch.maximum(seen, flag), torch.where(new, step_tensor, first_step),
-                         torch.where(new, loss, first_loss))  # fmt: skip
+        self._pending = (
+            torch.maximum(seen, flag),
+            torch.where(new, step_tensor, first_step),
+            torch.where(new, loss, first_loss),
+        )
 
     def raise_if_seen(self) -> None:
         """ "stop": the one host read of the window; raises `NonFiniteLossError` if a step had a non-finite loss."""

@@ -90,18 +90,30 @@ def prepare_world(args) -> World:
     sp_size = args.engine.sequence_parallel_size
     engine = args.run_engine  # resolved once by parse_args
     optimization = Optimization(**asdict(args.lr), layer_decay=args.regularization.layer_decay)
-    lr_info = optimization.scale_learning_rate(training.learning_rate, training.warmup_steps,
-                                               training.per_device_train_batch_size,
-                                               training.gradient_accumulation_steps, training.world_size,
-                                               sp_size)  # fmt: skip
+    lr_info = optimization.scale_learning_rate(
+        training.learning_rate,
+        training.warmup_steps,
+        training.per_device_train_batch_size,
+        training.gradient_accumulation_steps,
+        training.world_size,
+        sp_size,
+    )
     training.learning_rate, training.warmup_steps = lr_info["lr"], lr_info["warmup_steps"]  # the Trainer's, and
-    engine.set_values(deepspeed_lr_values(engine.reading.lr_keys, lr_info["lr"]),  # DeepSpeed's optimizer block
-                      f"--lr_scaling {lr_info['rule']}")  # fmt: skip
+    engine.set_values(
+        deepspeed_lr_values(engine.reading.lr_keys, lr_info["lr"]),  # DeepSpeed's optimizer block
+        f"--lr_scaling {lr_info['rule']}",
+    )
     start_engine(engine, training.device.type, training.mixed_precision)
     if sp_size > 1:
-        engine.set_values(sequence_parallel_ds_values(sp_size, training.per_device_train_batch_size,
-                                                      training.gradient_accumulation_steps, training.world_size),
-                          f"--sequence_parallel_size {sp_size}: batch counted per data-parallel replica")  # fmt: skip
+        engine.set_values(
+            sequence_parallel_ds_values(
+                sp_size,
+                training.per_device_train_batch_size,
+                training.gradient_accumulation_steps,
+                training.world_size,
+            ),
+            f"--sequence_parallel_size {sp_size}: batch counted per data-parallel replica",
+        )
     sequence_parallel = setup_sequence_parallel(sp_size, engine.zero_stage)
     resume_from = resume_checkpoint(training, engine)
     check_ema_resumable(args.regularization.ema_decay, resume_from)  # the EMA state must be there
@@ -144,13 +156,21 @@ def distillation_loss_for(args, data, augmenter, training_precision) -> Distilla
     teacher_facts = load_card_facts(distil.teacher_model) or {}
     check_teacher_rows(teacher_facts.get("train_selection"), data.train_selection, distil.teacher_model)
     held = sum(p.numel() for p in teacher.model.parameters())  # this rank's own elements: 0 if it were partitioned
-    logger.info(f"Distillation: {distil.distillation_type} from {distil.teacher_model} (alpha "
-                f"{distil.distillation_alpha:g}, tau {distil.distillation_tau:g}), teacher "
-                f"{type(teacher.model).__name__} of {count_parameters(teacher.model) / 1e6:.2f} M parameters "
-                f"({held:,} held whole on this rank), frozen, {str(training_precision).removeprefix('torch.')}; "
-                f"teacher accuracy: {teacher_accuracy(distil.teacher_model)}")  # fmt: skip
-    return DistillationLoss(teacher, len(data.label_names), distil.distillation_type, distil.distillation_alpha,
-                            distil.distillation_tau, augmenter)  # fmt: skip
+    logger.info(
+        f"Distillation: {distil.distillation_type} from {distil.teacher_model} (alpha "
+        f"{distil.distillation_alpha:g}, tau {distil.distillation_tau:g}), teacher "
+        f"{type(teacher.model).__name__} of {count_parameters(teacher.model) / 1e6:.2f} M parameters "
+        f"({held:,} held whole on this rank), frozen, {str(training_precision).removeprefix('torch.')}; "
+        f"teacher accuracy: {teacher_accuracy(distil.teacher_model)}"
+    )
+    return DistillationLoss(
+        teacher,
+        len(data.label_names),
+        distil.distillation_type,
+        distil.distillation_alpha,
+        distil.distillation_tau,
+        augmenter,
+    )
 
 
 def run_precision(training_args):
@@ -177,19 +197,35 @@ def attach_extension_points(args, world: World, model, pipeline, augmenter, dist
     factor = args.cluster.slow_ranks.get(args.training.process_index, 1.0)
     slow_rank = SlowRankSimulator(factor) if factor > 1.0 else None  # labelled in every report
     eval_crop = pipeline.path.eval_crop(as_pair(model.config.image_size)[0], reg.eval_crop_pct)  # None on the host
-    attach_model_hooks(model, pipeline.preprocessor, world.sequence_parallel, slow_rank,
-                       augmenter if augmenter.active else None, eval_crop, reg.drop_path_rate,
-                       distillation)  # fmt: skip
+    attach_model_hooks(
+        model,
+        pipeline.preprocessor,
+        world.sequence_parallel,
+        slow_rank,
+        augmenter if augmenter.active else None,
+        eval_crop,
+        reg.drop_path_rate,
+        distillation,
+    )
 
 
 def card_facts(args, world: World, data, model, model_desc: str) -> dict:
     """The model card's facts of this run (`evaluation.card_facts.model_card_facts`), from the values it needs."""
-    return model_card_facts(args.training, args.model, world.engine, world.lr_info, args.engine.sequence_parallel_size,
-                            data, model, model_desc)  # fmt: skip
+    return model_card_facts(
+        args.training,
+        args.model,
+        world.engine,
+        world.lr_info,
+        args.engine.sequence_parallel_size,
+        data,
+        model,
+        model_desc,
+    )
 
 
-def prepare_inputs(args, world: World, data, model, processor, model_desc: str,
-                   classifier: bool = True) -> TrainerInputs:  # fmt: skip
+def prepare_inputs(
+    args, world: World, data, model, processor, model_desc: str, classifier: bool = True
+) -> TrainerInputs:
     """What the Trainer is given besides the model, in four phases, each decided in one place: the loss
     (`choose_loss`), the input path (`data/input_pipeline.attach_input_path`), the model's extension points
     (`attach_extension_points`), and the run's records (per-rank batches, metrics, EMA, the model card's facts).
@@ -204,14 +240,31 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str,
     augmenter = BatchAugmenter.from_arguments(reg, len(data.label_names), mean, std, smoothing)
     loss, distillation = choose_loss(args, data, augmenter)  # reads the training labels: before the transforms
     training = args.training
-    stream_batches = StreamBatches(training.per_device_train_batch_size, training.dataloader_drop_last,
-                                   training.dataloader_num_workers)  # fmt: skip
-    pipeline = attach_input_path(data, args.data, size, mean, std, training.device.type == "cpu", training.seed,
-                                 stream_batches, reg.eval_crop_pct, world.resume_from)  # fmt: skip
+    stream_batches = StreamBatches(
+        training.per_device_train_batch_size, training.dataloader_drop_last, training.dataloader_num_workers
+    )
+    pipeline = attach_input_path(
+        data,
+        args.data,
+        size,
+        mean,
+        std,
+        training.device.type == "cpu",
+        training.seed,
+        stream_batches,
+        reg.eval_crop_pct,
+        world.resume_from,
+    )
     attach_extension_points(args, world, model, pipeline, augmenter, distillation)
-    rank_batches = balanced_rank_batches(args.cluster.balance_batches, model, pipeline.splits["train"],
-                                         pipeline.collate, training.world_size, training.per_device_train_batch_size,
-                                         training.device)  # fmt: skip
+    rank_batches = balanced_rank_batches(
+        args.cluster.balance_batches,
+        model,
+        pipeline.splits["train"],
+        pipeline.collate,
+        training.world_size,
+        training.per_device_train_batch_size,
+        training.device,
+    )
     card = card_facts(args, world, data, model, model_desc) if classifier else None
     if distillation is not None:
         card["setup"] |= teacher_card_rows(args.distillation)
@@ -219,8 +272,9 @@ def prepare_inputs(args, world: World, data, model, processor, model_desc: str,
     # top-1, top-5, macro F1; per-class kept aside
     metrics = make_module_compute_metrics(data.label_names) if classifier else None
     teacher_config = distillation.teacher.model.config if distillation is not None else None
-    return TrainerInputs(pipeline.splits, pipeline.collate, metrics, card, rank_batches, loss, ema, teacher_config,
-                         pipeline.path)  # fmt: skip
+    return TrainerInputs(
+        pipeline.splits, pipeline.collate, metrics, card, rank_batches, loss, ema, teacher_config, pipeline.path
+    )
 
 
 def distinct_bad_samples(notes: list[dict]) -> list[dict]:
@@ -259,8 +313,9 @@ def note_ema_step(trainer) -> None:
     """Say in the log and the card which step the saved EMA (ema/, eval_ema_*) averages up to: the best checkpoint's
     under --load_best_model_at_end (beside the best model), else the last step's."""
     ema = trainer.ema
-    which = f"step {ema.global_step}" + (", the best checkpoint's, as the model" if ema.best_step is not None
-                                         else ", the last")  # fmt: skip
+    which = f"step {ema.global_step}" + (
+        ", the best checkpoint's, as the model" if ema.best_step is not None else ", the last"
+    )
     logger.info(f"EMA (decay {ema.decay:g}) saved in ema/: the average up to {which}.")
     if trainer.model_card_facts is not None:
         trainer.model_card_facts["setup"]["EMA (ema/)"] = f"decay {ema.decay:g}, averaged up to {which}"
@@ -295,6 +350,8 @@ def finish_run(trainer, train_result, world: World, inputs: TrainerInputs, score
         push_trained_model(trainer)  # our create_model_card writes the same card before the upload
     release_loader_workers(trainer)  # not at interpreter exit: up to 5 s per worker there (see the module)
     noted = "".join(f", {n} {what}" for what, n in skips.items() if n)
-    logger.info(f"Done: {trainer.args.output_dir} ({score} {eval_metrics.get(f'eval_{score}', float('nan')):.4f}, "
-                f"{world.engine.label()}, {trainer.args.world_size} process(es){noted})")  # fmt: skip
+    logger.info(
+        f"Done: {trainer.args.output_dir} ({score} {eval_metrics.get(f'eval_{score}', float('nan')):.4f}, "
+        f"{world.engine.label()}, {trainer.args.world_size} process(es){noted})"
+    )
     return eval_metrics

@@ -52,10 +52,20 @@ from hf_vit_scaling.training.upstream import UpstreamOverrides
 class VitTrainer(UpstreamOverrides):
     """The Trainer plus the features in the module docstring; each is off unless its argument is given."""
 
-    def __init__(self, *args, model_card: dict | None = None, rank_batches: list[int] | None = None,
-                 sequence_parallel=None, nonfinite_policy: str = "stop", trace_samples: bool = False,
-                 optimization: Optimization | None = None, ema=None, throughput: dict | None = None,
-                 stop_signals: tuple = (), **kwargs):  # fmt: skip
+    def __init__(
+        self,
+        *args,
+        model_card: dict | None = None,
+        rank_batches: list[int] | None = None,
+        sequence_parallel=None,
+        nonfinite_policy: str = "stop",
+        trace_samples: bool = False,
+        optimization: Optimization | None = None,
+        ema=None,
+        throughput: dict | None = None,
+        stop_signals: tuple = (),
+        **kwargs,
+    ):
         if kwargs.get("args") is not None:
             pin_data_order_seed(kwargs["args"])  # before the Trainer reads it into its data loader configuration
         super().__init__(*args, **kwargs)
@@ -137,16 +147,26 @@ class VitTrainer(UpstreamOverrides):
 
     def _train_dataloader_for_this_run(self):
         if isinstance(self.train_dataset, StreamingTrainData):  # batches made in the stream, one rank's shards
-            return self.train_dataset.loader(self.args.dataloader_pin_memory, self.args.dataloader_prefetch_factor,
-                                             self.args.dataloader_multiprocessing_context)  # fmt: skip
+            return self.train_dataset.loader(
+                self.args.dataloader_pin_memory,
+                self.args.dataloader_prefetch_factor,
+                self.args.dataloader_multiprocessing_context,
+            )
         if self.sequence_parallel is not None:
             sp = self.sequence_parallel
             return shard_dataloader_by_data_parallel_rank(super().get_train_dataloader(), sp.dp_size, sp.dp_rank)
         if not self.rank_batches:
             return super().get_train_dataloader()
-        return uneven_batch_loader(self.train_dataset, self.rank_batches, self.data_collator, self.args.process_index,
-                                   self.args.data_seed or self.args.seed, self.args.dataloader_drop_last,
-                                   self.args.dataloader_num_workers, self.args.dataloader_pin_memory)  # fmt: skip
+        return uneven_batch_loader(
+            self.train_dataset,
+            self.rank_batches,
+            self.data_collator,
+            self.args.process_index,
+            self.args.data_seed or self.args.seed,
+            self.args.dataloader_drop_last,
+            self.args.dataloader_num_workers,
+            self.args.dataloader_pin_memory,
+        )
 
     def _loss_normalised_by_global_count(self, num_items_in_batch) -> bool:
         """transformers 5 already sums each rank's loss and divides by the item count of the whole global batch

@@ -106,8 +106,12 @@ class UpstreamOverrides(Trainer):
         if self.args.should_save:
             stage = self.model_wrapped.zero_optimization_stage() if self.is_deepspeed_enabled else None
             mark_checkpoint_complete(folder, self.state.global_step, self.args.world_size, stage)
-            rotate_checkpoints(output_dir=run_dir, save_total_limit=limit,
-                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)  # fmt: skip
+            rotate_checkpoints(
+                output_dir=run_dir,
+                save_total_limit=limit,
+                best_model_checkpoint=self.state.best_model_checkpoint,
+                use_mtime=True,
+            )
 
     def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
         """--push_to_hub: the Trainer creates the repo as it starts. A rejected token stops the run then, before any
@@ -121,8 +125,10 @@ class UpstreamOverrides(Trainer):
             if rejected(err):
                 raise refuse_rejected_token(err, self.args.hub_model_id) from err
             repo = hub_where(self.args.hub_model_id)
-            logger.warning(f"warning: --push_to_hub: {repo} could not be reached ({hub_why(err)}); training goes "
-                           "on, and the upload is tried again when it ends.")  # fmt: skip
+            logger.warning(
+                f"warning: --push_to_hub: {repo} could not be reached ({hub_why(err)}); training goes "
+                "on, and the upload is tried again when it ends."
+            )
 
     # ------------------------------------------------------------------ loads
 

@@ -53,11 +53,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="Seed of the bootstrap.")
     parser.add_argument("--batch_size", type=int, default=64)
     args = parser.parse_args(argv)
-    require_in_range(vars(args), {"bootstrap_resamples": (1, None, False, 2000), "seed": (0, None, False, 0),
-                                  "batch_size": (1, None, False, 64)})  # fmt: skip
+    require_in_range(
+        vars(args),
+        {
+            "bootstrap_resamples": (1, None, False, 2000),
+            "seed": (0, None, False, 0),
+            "batch_size": (1, None, False, 64),
+        },
+    )
     if args.min_sensitivity is not None and not 0 < args.min_sensitivity <= 1:
-        raise UserInputError(f"--min_sensitivity must be in (0, 1], got {args.min_sensitivity}. Fix: e.g. "
-                             "--min_sensitivity 0.95.")  # fmt: skip
+        raise UserInputError(
+            f"--min_sensitivity must be in (0, 1], got {args.min_sensitivity}. Fix: e.g. --min_sensitivity 0.95."
+        )
     return args
 
 

@@ -92,11 +92,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     near = DEFAULT_NEAR_DUPLICATE_THRESHOLD
-    require_in_range(vars(args), {"resize": (1, None, False, 224), "seed": (0, None, False, 42),
-                                  "near_duplicate_threshold": (0, 128, True, near)})  # fmt: skip
+    require_in_range(
+        vars(args),
+        {
+            "resize": (1, None, False, 224),
+            "seed": (0, None, False, 42),
+            "near_duplicate_threshold": (0, 128, True, near),
+        },
+    )
     if any(not 0 <= f <= 1 for f in args.split_fractions) or abs(sum(args.split_fractions) - 1) > 1e-6:
-        raise UserInputError(f"--split_fractions must be three fractions in [0, 1] that sum to 1, got "
-                             f"{list(args.split_fractions)}. Fix: e.g. --split_fractions 0.7 0.15 0.15.")  # fmt: skip
+        raise UserInputError(
+            f"--split_fractions must be three fractions in [0, 1] that sum to 1, got "
+            f"{list(args.split_fractions)}. Fix: e.g. --split_fractions 0.7 0.15 0.15."
+        )
     require_writable_folder("output_dir", args.output_dir)
     if args.group_column_name and not args.dataset_name:
         raise UserInputError("--group_column_name needs --dataset_name (Br35H has no patient ids). Fix: drop it.")

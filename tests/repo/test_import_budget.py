@@ -24,10 +24,11 @@ BUDGETS = {
     # The whole run-time package: every feature is a flag of the full recipe (93 modules / 11,592 lines for
     # pretrain_mae.py on 2026-12-04, with --torch_compile's two modules and the recipes' shared parts), + optim/, the
     # one room for the optimizer and its schedule (its package, build and schedules: 3 modules, 96 lines; 97 modules /
-    # 12,101 lines for pretrain_mae.py on 2026-12-06).
-    "train_vit.py": (98, 12_300),
-    "pretrain_mae.py": (98, 12_300),
-    "plan.py": (34, 4_400),  # + parallel/deepspeed_config: the recipe's bucket rule, shared, not copied
+    # 12,101 lines for pretrain_mae.py on 2026-12-06); + ~400 lines when `ruff format` took over the 96 hand-aligned
+    # calls that had `# fmt: skip` (one argument per line; no code added: 12,498 lines for pretrain_mae.py).
+    "train_vit.py": (98, 12_700),
+    "pretrain_mae.py": (98, 12_700),
+    "plan.py": (34, 4_600),  # + parallel/deepspeed_config: the bucket rule, shared, not copied (4,500 lines formatted)
     "prepare_shards.py": (22, 2_200),
     "scaling_study.py": (18, 1_500),
 }

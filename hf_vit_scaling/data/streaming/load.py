@@ -120,11 +120,21 @@ def load_streaming_data(data_args, stream_args, seed: int, cache_dir: str | None
     _check_shards_per_rank(stream.num_shards, world)
     source = root or stream_args.train_files
     rows = f"{num_rows:,} rows, " if num_rows is not None else ""
-    logger.info(f"Streaming {source}: {rows}{stream.num_shards} shards over {world} process(es), shuffle buffer "
-                f"{stream_args.shuffle_buffer_size}, {len(eval_rows):,} {eval_split} rows in memory")  # fmt: skip
-    train = StreamingTrainData(stream, rank=rank, world_size=world, seed=seed,
-                               shuffle_buffer_size=stream_args.shuffle_buffer_size, num_rows=num_rows,
-                               image_column=image_column, label_column=label_column, description=source)  # fmt: skip
+    logger.info(
+        f"Streaming {source}: {rows}{stream.num_shards} shards over {world} process(es), shuffle buffer "
+        f"{stream_args.shuffle_buffer_size}, {len(eval_rows):,} {eval_split} rows in memory"
+    )
+    train = StreamingTrainData(
+        stream,
+        rank=rank,
+        world_size=world,
+        seed=seed,
+        shuffle_buffer_size=stream_args.shuffle_buffer_size,
+        num_rows=num_rows,
+        image_column=image_column,
+        label_column=label_column,
+        description=source,
+    )
     return StreamingData(train, eval_rows, image_column, label_column, names, source, data_args.on_bad_image, raw)
 
 
@@ -158,8 +168,9 @@ def example_transform(data: StreamingData, pixels_of):
     return to_example
 
 
-def attach_streaming_transforms(data: StreamingData, data_args, batches: StreamBatches, size: int, mean, std,
-                                resume_from: str | None):  # fmt: skip
+def attach_streaming_transforms(
+    data: StreamingData, data_args, batches: StreamBatches, size: int, mean, std, resume_from: str | None
+):
     """(splits, collate, device preprocessor or None, `InputPath`) for --streaming: the input path
     (`input_path.choose_input_path`, as for map-style data) in its form for a stream (`InputPath.stream_pixels`), the
     examples the stream makes, in `batches`, and the data position of the checkpoint resumed from."""

@@ -35,8 +35,19 @@ class StreamingTrainData(torch.utils.data.IterableDataset):
     yields that worker's batches of the current pass, each with its worker position, then an end marker; the
     `loader` puts the workers' batches in their fixed order and chains the passes."""
 
-    def __init__(self, stream: IterableDataset, *, rank: int, world_size: int, seed: int, shuffle_buffer_size: int,
-                 num_rows: int | None, image_column: str, label_column: str, description: str):  # fmt: skip
+    def __init__(
+        self,
+        stream: IterableDataset,
+        *,
+        rank: int,
+        world_size: int,
+        seed: int,
+        shuffle_buffer_size: int,
+        num_rows: int | None,
+        image_column: str,
+        label_column: str,
+        description: str,
+    ):
         super().__init__()
         self.n_shards = stream.num_shards
         self.rank, self.world_size, self.seed = rank, world_size, seed
@@ -118,8 +129,9 @@ class StreamingTrainData(torch.utils.data.IterableDataset):
         docs/streaming.md, "Limits")."""
         return self.shuffle_buffer_size == 0 and self.num_workers == 0
 
-    def loader(self, pin_memory: bool = False, prefetch_factor: int | None = None,
-               multiprocessing_context=None) -> "StreamLoader":  # fmt: skip
+    def loader(
+        self, pin_memory: bool = False, prefetch_factor: int | None = None, multiprocessing_context=None
+    ) -> "StreamLoader":
         """The training dataloader, with the Trainer's loader settings (its workers: `attach`'s)."""
         return StreamLoader(self, pin_memory, prefetch_factor, multiprocessing_context)
 
@@ -204,8 +216,13 @@ class StreamLoader:
     says exactly which batch comes next. Each batch carries the position after it (`stream_position`), which the
     trainer keeps for the checkpoint."""
 
-    def __init__(self, data: StreamingTrainData, pin_memory: bool = False, prefetch_factor: int | None = None,
-                 multiprocessing_context=None):  # fmt: skip
+    def __init__(
+        self,
+        data: StreamingTrainData,
+        pin_memory: bool = False,
+        prefetch_factor: int | None = None,
+        multiprocessing_context=None,
+    ):
         self.data, self.pin_memory = data, pin_memory
         self.prefetch_factor, self.multiprocessing_context = prefetch_factor, multiprocessing_context
 
@@ -235,9 +252,15 @@ class StreamLoader:
                 "prefetch_factor": self.prefetch_factor,
                 "multiprocessing_context": self.multiprocessing_context,
             }
-        return torch.utils.data.DataLoader(self.data, batch_size=None, num_workers=workers, collate_fn=_keep,
-                                           pin_memory=self.pin_memory, generator=generator,
-                                           **extra)  # fmt: skip
+        return torch.utils.data.DataLoader(
+            self.data,
+            batch_size=None,
+            num_workers=workers,
+            collate_fn=_keep,
+            pin_memory=self.pin_memory,
+            generator=generator,
+            **extra,
+        )
 
     def _one_pass(self, position: StreamPosition):
         """Yield the pass's batches in worker order, updating `position`; returns how many were yielded."""
