@@ -14,8 +14,15 @@ VARIANT_ENGINES = {"zero0", "zero1", "zero2_offload", "zero3_offload"}
 # FSDP2 with full state dicts, where FSDP2 sharded is the core cell of the same matrix.
 FULL_FSDP2_WHERE_SHARDED_IS_CORE = ("test_fsdp.py::", "test_conformance.py::test_fine_tuning")
 
-# The compiled arm of the conformance matrix beyond DDP (whose cells are core).
-COMPILED_CELL_WHY = "compile under this engine is core in test_compile.py (its losses against eager's)"
+# The compiled arm of the conformance matrix (compile is core in test_compile.py: the plain Trainer and DDP).
+COMPILED_CELL_WHY = "compile is core in test_compile.py (the plain Trainer and DDP, one graph, losses against eager's)"
+COMPILE_BEYOND_DDP_WHY = (
+    "compile is core on the plain Trainer and DDP (one graph, no break, eager's losses); the "
+    "engines' own compile paths (DeepSpeedEngine.compile, FSDP2's CompileEngine) in CI's tier"
+)
+# The conformance matrix's core engines are ZeRO-2 and ZeRO-3 (the project's subject); DDP's and FSDP2's cells are
+# extended: DDP's resume of every tensor is core in test_resume_exact.py, FSDP2 sharded trains as DDP in test_fsdp.py.
+CONFORMANCE_CORE_ELSEWHERE = {"ddp", "fsdp2_sharded"}
 
 # node id substring -> why it is extended (the core cell that covers the same code path).
 EXTENDED = {
@@ -31,13 +38,11 @@ EXTENDED = {
     "[streamed_shards-2proc-2workers-mid_pass]": "streaming is core with Parquet files",
     "test_reliability.py::test_fsdp2_sigkill_one_rank_then_resume_from_sharded_checkpoint":
         "the SIGKILL path is core under ZeRO-2; FSDP2 sharded resume is core in test_conformance.py",
-    "test_compile.py::test_every_engine_compiles_on_two_processes[ddp]":
-        "compiled DDP is core in test_conformance.py (losses, weights, resume on another world size)",
     **{f"test_conformance.py::test_compiled_run_{test}[{engine}]": COMPILED_CELL_WHY
        for test in ("trains_the_eager_run_s_losses", "resumes_exactly")
-       for engine in ("zero2", "zero3", "fsdp2_sharded")},
-    "test_compile.py::test_every_engine_compiles_on_two_processes[zero2]":
-        "DeepSpeedEngine.compile() is core under ZeRO-3, with its gather hooks",
+       for engine in ("ddp", "zero2", "zero3", "fsdp2_sharded")},
+    **{f"test_compile.py::test_every_engine_compiles_on_two_processes[{engine}]": COMPILE_BEYOND_DDP_WHY
+       for engine in ("zero2", "zero3", "fsdp2")},
     "test_gpu_path_flags.py::test_bf16_trains_and_saves_a_model_that_reloads[ddp]": "bf16 is core under ZeRO-3",
     "test_gpu_path_flags.py::test_bf16_trains_and_saves_a_model_that_reloads[zero2]": "bf16 is core under ZeRO-3",
     "test_gpu_path_flags.py::test_bf16_trains_and_saves_a_model_that_reloads[fsdp2]": "bf16 is core under ZeRO-3",
@@ -72,7 +77,7 @@ EXTENDED = {
     "test_sequence_parallel_launched.py::test_recipe_high_resolution_finetune_under_zero3":
         "sequence parallelism through the recipe is core under ZeRO-2",
     "test_distillation_launched.py::test_sigkill_one_rank_then_resume_from_checkpoint_logs_the_uninterrupted_losses":
-        "the SIGKILL resume is core under ZeRO-2 (test_reliability.py) and for MAE",
+        "the SIGKILL resume is core under ZeRO-2 (test_reliability.py)",
     "test_regularization_launched.py::test_layer_decay_gives_each_parameter_group_its_lr[zero2-2-processes]":
         "layer decay is core on the plain Trainer",
     "test_hetero_launched.py::test_uneven_batches_give_the_same_gradient[zero2]": "uneven batches are core under DDP",
@@ -80,6 +85,42 @@ EXTENDED = {
         "the refusal is core on one process",
     "test_gpu_check.py::test_dry_run_": "the GPU check's CPU dry run runs benchmarks/gpu_check.py's every item (the "
         "recipe's engines are core in their own tests); its order, budget and wheel install stay core in this file",
+    # Moved on 2026-12-06, when make test took 30 minutes of pytest on a fresh clone (1,304 tests): each is a
+    # second launched path to a behaviour a core test holds.
+    "test_resume_augmented.py::test_resume_with_every_augmentation_is_exact_and_runs_only_the_remaining_steps"
+    "[per_sample-2proc-2workers-epoch_end]": "augmented resumes are core on 1 process (host_crop, device input "
+        "paths); 2 ranks' distinct draws are core in test_per_rank_randomness.py",
+    "test_reliability.py::test_zero2_resume_one_process_on_two":
+        "ZeRO-2 resumed on another world size is core in test_conformance.py (2 processes -> 1)",
+    "test_reliability.py::test_zero3_torchrun_restarts_killed_job_from_latest_checkpoint":
+        "a killed rank and the resume from the latest checkpoint are core under ZeRO-2 (SIGKILL, this file)",
+    "test_reliability.py::test_nan_loss_skip_leaves_the_step_out_on_every_rank":
+        "the non-finite check on every rank is core with the stop policy (this file)",
+    "test_regularization_launched.py::test_zero2_ema_survives_sigkill_and_resume_exactly":
+        "the SIGKILL resume is core in test_reliability.py; the EMA's saved state in the best-model test here",
+    "test_streaming_launched.py::test_sigkill_one_rank_then_resume_trains_on_the_same_rows":
+        "streaming's rows per pass are core; its resume runs in CI with the streamed resume_augmented cells",
+    "test_mae_launched.py::test_sigkill_one_rank_then_resume_logs_the_uninterrupted_losses":
+        "the SIGKILL resume is core under ZeRO-2 (test_reliability.py); MAE pretraining is core under ZeRO-3",
+    "test_mae_launched.py::test_sigterm_to_one_rank_stops_both_with_a_checkpoint_at_the_agreed_step":
+        "the agreed stop is core in test_interruption_launched.py (ZeRO-3, one rank signalled)",
+    "test_mae_script.py::test_one_command_pretrains_fine_tunes_and_writes_its_results":
+        "MAE pretraining and its fine-tuning are core in test_mae_launched.py; this runs recipes/mae/run.sh",
+    "test_resume_exact.py::test_a_zero2_checkpoint_resumed_without_its_engine_stops_with_one_error_line":
+        "a refused resume's one error line is core (a checkpoint missing a tensor, this file)",
+    "test_gpu_path_flags.py::test_bf16_with_sequence_parallelism":
+        "bf16 is core under ZeRO-3, sequence parallelism under ZeRO-2 (test_sequence_parallel_launched.py)",
+    "test_recipe_distributed.py::test_zero0_one_process_matches_plain_trainer": "ZeRO-0 is an engine variant",
+    "test_recipe_distributed.py::test_no_launcher_with_zero2":
+        "one-process ZeRO-2 without a launcher runs in test_conformance.py's resumes and test_reliability.py",
+    "test_flag_walks.py::test_walks_in_layout_md_are_the_traced_ones":
+        "one traced recipe run; `python tools/trace_flags.py` rewrites the walks, the stale-walk message is core",
+    "test_interruption_launched.py::test_torchrun_forwards_sigterm_and_every_rank_stops_at_the_same_step":
+        "the agreed stop is core with one rank signalled under ZeRO-3 and on one process (this file)",
+    "test_distillation_launched.py::test_teacher_is_whole_on_every_rank_frozen_and_outside_the_optimizer"
+    "[zero3_plain]": "distillation through the recipe is core (the saved students' reload and accuracy)",
+    "test_sequence_parallel_launched.py::test_two_process_sequence_parallel_matches_the_plain_model":
+        "the recipe under sequence parallelism equals one process (core, this file)",
 }  # fmt: skip
 
 
@@ -88,6 +129,8 @@ def is_extended(nodeid: str, params: list[str]) -> bool:
         return True
     if "tests/launched/" in nodeid and "test_launchers_two_processes" not in nodeid and VARIANT_ENGINES & set(params):
         return True  # (the deepspeed launcher's one cell runs ZeRO-1: it is that launcher's test, so core)
+    if "test_conformance.py::" in nodeid and CONFORMANCE_CORE_ELSEWHERE & set(params):
+        return True
     return "fsdp2" in params and any(where in nodeid for where in FULL_FSDP2_WHERE_SHARDED_IS_CORE)
 
 
