@@ -329,14 +329,8 @@ class TokenStack:
 
     @classmethod
     def of(cls, shape: VitShape) -> TokenStack:
-        return cls(
-            shape.tokens,
-            shape.hidden_size,
-            shape.intermediate_size,
-            shape.num_attention_heads,
-            shape.num_hidden_layers,
-            shape.mlp,
-        )
+        s = shape
+        return cls(s.tokens, s.hidden_size, s.intermediate_size, s.num_attention_heads, s.num_hidden_layers, s.mlp)
 
 
 def stack_bytes(
@@ -465,12 +459,9 @@ def mae_activation_bytes(
 
     Backward starts at the top decoder layer: the working set and the recomputed layer are the decoder's."""
     residual = 4 if autocast else bytes_per_element(precision)
+    s = shape
     encoder = TokenStack(
-        shape.visible_tokens,
-        shape.hidden_size,
-        shape.intermediate_size,
-        shape.num_attention_heads,
-        shape.num_hidden_layers,
+        s.visible_tokens, s.hidden_size, s.intermediate_size, s.num_attention_heads, s.num_hidden_layers
     )
     decoder = TokenStack(
         shape.tokens,
