@@ -59,7 +59,8 @@ RESULTS = "benchmarks/results"
 TABLES: dict[str, tuple[str, Callable[[dict], str]]] = {
     "stop_on_signal": (f"{RESULTS}/stop_on_signal.json", renderers.stop_on_signal),
     "callback_overhead": (f"{RESULTS}/callback_overhead.json", renderers.callback_overhead),
-    "make_test": (f"{RESULTS}/make_test.json", renderers.make_test),
+    "make_test": (f"{RESULTS}/make_test.json", renderers.timed_command),
+    "make_test_slowest": (f"{RESULTS}/make_test.json", renderers.make_test_slowest),
     "make_test_extended": (f"{RESULTS}/make_test_extended.json", renderers.make_test),
     "make_train": (f"{RESULTS}/make_train.json", renderers.make_train),
     "make_train_report": (f"{RESULTS}/make_train.json", renderers.make_train_report),

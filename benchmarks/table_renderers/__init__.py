@@ -27,6 +27,7 @@ from .census import figure_counts
 from .commands import (
     SLOW_BECAUSE,
     make_test,
+    make_test_slowest,
     make_train,
     make_train_report,
     slowest_tests,
@@ -63,6 +64,7 @@ __all__ = [
     "input_path_auto",
     "mae_two_steps",
     "make_test",
+    "make_test_slowest",
     "make_train",
     "make_train_report",
     "medical_test_metrics",

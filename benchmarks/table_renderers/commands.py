@@ -50,16 +50,20 @@ def make_train(result: dict) -> str:
 
 def make_test(result: dict) -> str:
     """`make test`'s wall time and pytest's summary, then the slowest test files and why each is slow."""
-    slowest = slowest_tests(result)
-    return f"{timed_command(result)}\n\nThe slowest test files (pytest `--durations=25`) and why:\n\n{slowest}"
+    return f"{timed_command(result)}\n\n{make_test_slowest(result)}"
+
+
+def make_test_slowest(result: dict) -> str:
+    """The slowest test files of a timed test run and why each is slow (the README shows only the timed command)."""
+    return f"The slowest test files (pytest `--durations=25`) and why:\n\n{slowest_tests(result)}"
 
 
 # Why each launched test file is among the slowest: a file that enters the list needs its reason here (the table
 # generation stops and names it), so every slow test is justified where the test section shows it.
 SLOW_BECAUSE = {
-    "test_compile.py": "--torch_compile on the plain Trainer and DDP (aot_eager): one graph, eager's losses",
+    "test_compile.py": "--torch_compile per engine (aot_eager): the model's graphs, recompiles, eager's losses",
     "test_resume_augmented.py": "resumed runs, all augmentation on: input paths, workers, 1-2 processes (2 of 8 core)",
-    "test_conformance.py": "ZeRO-2 and ZeRO-3 resumed, accumulated, best model, fine-tuned (other engines: extended)",
+    "test_conformance.py": "each engine resumed, accumulated, best model, fine-tuned against its reference run",
     "test_gpu_check.py": "`make gpu-check` end to end on the CPU",
     "test_gpu_path_flags.py": "torch.compile of the recipe's model by inductor",
     "test_recipe_distributed.py": "every ds_config and launcher trains, saves and reloads on 2 processes",
