@@ -13,6 +13,12 @@ from hf_vit_scaling.models.presets import (
 from hf_vit_scaling.models.weight_init import describe_init, initialize_weights
 
 
+def config_from_model_args(model_args, label_names: list[str]):
+    """The preset's config with --image_size, --patch_size, --attn_implementation and --config_overrides applied."""
+    m = model_args
+    return preset_config(m.preset, label_names, m.image_size, m.patch_size, m.attn_implementation, m.config_overrides)
+
+
 def build_model(model_args, label_names: list[str], distillation_token: bool = False):
     """From scratch (preset) or from a checkpoint (new head). Returns (model, image processor, description).
     `distillation_token` (presets only): the preset's sizes as transformers' DeiTForImageClassificationWithTeacher."""
@@ -33,14 +39,7 @@ def build_model(model_args, label_names: list[str], distillation_token: bool = F
         if model_args.image_size:
             processor.size = {"height": model_args.image_size, "width": model_args.image_size}
         return model, processor, f"fine-tuned from {name}"
-    config = preset_config(
-        model_args.preset,
-        label_names,
-        model_args.image_size,
-        model_args.patch_size,
-        model_args.attn_implementation,
-        model_args.config_overrides,
-    )
+    config = config_from_model_args(model_args, label_names)
     changed = f" ({model_args.config_overrides})" if model_args.config_overrides else ""
     processor = image_processor_for(config)
     if distillation_token:

@@ -44,26 +44,19 @@ PRETRAINING_FILENAME = "pretraining.json"  # what an MAE run writes beside its m
 ENCODER_PREFIX, DECODER_PREFIX = "vit.", "decoder."
 
 
+# The encoder's sizes: the fields ViTConfig, ViTMAEConfig and DeiTConfig share, copied from one config to another.
+ENCODER_FIELDS = (
+    "image_size", "patch_size", "num_channels", "hidden_size", "num_hidden_layers", "num_attention_heads",
+    "intermediate_size", "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range",
+    "layer_norm_eps", "qkv_bias",
+)  # fmt: skip
+
+
 def mae_config(vit_config: ViTConfig, mask_ratio: float, norm_pix_loss: bool, decoder: dict) -> ViTMAEConfig:
     """A ViTMAEConfig whose encoder is `vit_config` (a preset's, from `presets.preset_config`) and whose decoder has
     the sizes in `decoder` (`DECODER_FIELDS`)."""
-    keep = (
-        "image_size",
-        "patch_size",
-        "num_channels",
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "intermediate_size",
-        "hidden_act",
-        "hidden_dropout_prob",
-        "attention_probs_dropout_prob",
-        "initializer_range",
-        "layer_norm_eps",
-        "qkv_bias",
-    )
     config = ViTMAEConfig(
-        **{key: getattr(vit_config, key) for key in keep},
+        **{key: getattr(vit_config, key) for key in ENCODER_FIELDS},
         mask_ratio=mask_ratio,
         norm_pix_loss=norm_pix_loss,
         **decoder,
@@ -88,22 +81,7 @@ def is_mae_checkpoint(name_or_path: str) -> bool:
 
 def vit_config_from_mae(config: ViTMAEConfig) -> ViTConfig:
     """The classifier whose encoder is the MAE's: the same sizes (ViTConfig's fields), no masking, no decoder."""
-    keep = (
-        "image_size",
-        "patch_size",
-        "num_channels",
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "intermediate_size",
-        "hidden_act",
-        "hidden_dropout_prob",
-        "attention_probs_dropout_prob",
-        "initializer_range",
-        "layer_norm_eps",
-        "qkv_bias",
-    )
-    return ViTConfig(**{key: getattr(config, key) for key in keep})
+    return ViTConfig(**{key: getattr(config, key) for key in ENCODER_FIELDS})
 
 
 def split_mae_state_dict(state_dict: dict) -> tuple[dict, dict]:

@@ -20,7 +20,7 @@ from transformers.utils import cached_file, is_torchvision_available
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.log import logger
 from hf_vit_scaling.models.flops import has_patches
-from hf_vit_scaling.models.mae import is_mae_checkpoint, load_mae_encoder_for_finetuning
+from hf_vit_scaling.models.mae import ENCODER_FIELDS, is_mae_checkpoint, load_mae_encoder_for_finetuning
 from hf_vit_scaling.models.weights import read_state_dict, some_keys
 
 # Standard sizes: ViT-B/L/H from Dosovitskiy et al. 2021 (Table 1), Ti/S from DeiT (Touvron et al. 2021).
@@ -144,25 +144,7 @@ def with_distillation_token(config: ViTConfig) -> DeiTConfig:
     """The preset's ViT as a DeiT with a distillation token (`DeiTForImageClassificationWithTeacher`): the same
     sizes and classes, one more token (the sequence is patches + 2) and a second head. Evaluation reads only `logits`
     (the two heads' average, DeiT's inference), so the Trainer is told to leave the two heads' own outputs out."""
-    keep = (
-        "image_size",
-        "patch_size",
-        "num_channels",
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "intermediate_size",
-        "hidden_act",
-        "hidden_dropout_prob",
-        "attention_probs_dropout_prob",
-        "initializer_range",
-        "layer_norm_eps",
-        "qkv_bias",
-        "num_labels",
-        "id2label",
-        "label2id",
-        "problem_type",
-    )
+    keep = (*ENCODER_FIELDS, "num_labels", "id2label", "label2id", "problem_type")
     deit = DeiTConfig(**{key: getattr(config, key) for key in keep})
     deit.keys_to_ignore_at_inference = ["cls_logits", "distillation_logits"]
     deit._attn_implementation = config._attn_implementation

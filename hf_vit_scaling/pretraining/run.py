@@ -22,9 +22,10 @@ from transformers.trainer_utils import IntervalStrategy
 from hf_vit_scaling.data.input_transforms import build_input_transforms
 from hf_vit_scaling.data.streaming.load import is_streaming
 from hf_vit_scaling.log import logger
+from hf_vit_scaling.models.build import config_from_model_args
 from hf_vit_scaling.models.flops import as_pair, mae_visible_patches
 from hf_vit_scaling.models.mae import DECODER_FIELDS, PRETRAINING_FILENAME, mae_config
-from hf_vit_scaling.models.presets import build_model_from_preset, image_processor_for, preset_config
+from hf_vit_scaling.models.presets import build_model_from_preset, image_processor_for
 from hf_vit_scaling.parallel.distributed import is_main_process
 from hf_vit_scaling.pretraining import reconstruction
 from hf_vit_scaling.pretraining.knn import KnnProbe
@@ -37,14 +38,7 @@ def build_mae_model(args, label_names: list[str]):
     """(model, image processor, description): the preset's ViTConfig as the encoder, the decoder from the preset's
     row of `models.mae.DECODER_PRESETS` and the flags."""
     model_args, mae = args.model, args.mae
-    vit = preset_config(
-        model_args.preset,
-        label_names,
-        model_args.image_size,
-        model_args.patch_size,
-        model_args.attn_implementation,
-        model_args.config_overrides,
-    )
+    vit = config_from_model_args(model_args, label_names)
     decoder = mae.decoder(model_args.preset)
     config = mae_config(vit, mae.mask_ratio, mae.norm_pix_loss, decoder)
     model = build_model_from_preset(config)
