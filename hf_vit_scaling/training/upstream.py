@@ -20,7 +20,10 @@ Each override, what it relies on, and its pin in test_upstream.py:
 - `init_hf_repo`: the Trainer's `__init__` calls it under `--push_to_hub`
   (`test_the_trainer_creates_the_repo_in_init`);
 - the non-finite policy's `accelerator.backward` (`nonfinite.py`): `training_step` calls it once per micro-step
-  (`test_training_step_calls_accelerator_backward_once`).
+  (`test_training_step_calls_accelerator_backward_once`);
+- `_get_grad_norm`: under DeepSpeed transformers reads the step's gradient norm with `.item()` every step, and the
+  norm's only reader, `_maybe_log_save_evaluate`, reads a tensor itself when it logs
+  (`test_the_grad_norm_is_read_every_deepspeed_step_and_only_used_when_logging`).
 """
 
 import contextlib
@@ -184,6 +187,13 @@ class UpstreamOverrides(Trainer):
         if universal:
             logger.info(prepare_world_size_change(folder, world, self.is_world_process_zero()))
         self.model_wrapped._config.load_universal_checkpoint = universal  # the engine is built: set it there
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        """The step's gradient norm, left on the device: transformers turns DeepSpeed's into a float with `.item()`
+        at every optimizer step (`Trainer._get_grad_norm`), a device sync per step on a GPU that the plain Trainer
+        does not pay, though the value is only read when the Trainer logs (`_maybe_log_save_evaluate` calls
+        `.item()` on a tensor). Without a clipping norm (--max_grad_norm 0) transformers computes one: its path."""
+        return super()._get_grad_norm(model, grad_norm) if grad_norm is None else grad_norm
 
     # ------------------------------------------------------------------ resume: what upstream leaves out
 

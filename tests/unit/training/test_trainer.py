@@ -135,6 +135,26 @@ def test_nonfinite_loss_stop_reads_the_device_once_per_logging_window(make_train
     assert reads == ["tolist"]
 
 
+def test_a_deepspeed_grad_norm_stays_on_the_device_until_the_trainer_logs(make_trainer, monkeypatch):
+    """No host read of the gradient norm at an optimizer step under DeepSpeed (transformers' `_get_grad_norm` reads
+    it with `.item()` every step: one device sync per step the plain Trainer does not make); the logged value is the
+    same number."""
+    from accelerate.utils import DistributedType
+
+    trainer = make_trainer()
+    monkeypatch.setattr(trainer.accelerator.state, "distributed_type", DistributedType.DEEPSPEED)
+    reads = _host_reads(monkeypatch)
+    norm = torch.tensor(2.5)
+    kept = trainer._get_grad_norm(trainer.model, grad_norm=norm)
+    assert reads == [] and kept is norm
+    logged = {}
+    monkeypatch.setattr(trainer, "log", lambda logs, *a, **k: logged.update(logs))
+    trainer.state.global_step, trainer._globalstep_last_logged = 1, 0
+    trainer.control.should_log, trainer._total_loss_scalar = True, 0.0  # _total_loss_scalar: set by train()
+    trainer._maybe_log_save_evaluate(torch.tensor(1.0), kept, trainer.model, None, 0.0, None, 0.0, 0.001)
+    assert logged["grad_norm"] == 2.5
+
+
 def test_nonfinite_loss_skip_drops_the_step_gradients(make_trainer, capsys):
     setup_logging()  # the recipe's logger: the main process prints the warning once
     trainer = make_trainer(nonfinite_policy="skip")

@@ -174,3 +174,15 @@ def test_transformers_restores_generators_only_where_it_skips_data_or_starts_an_
     assert epoch_start.lstrip().startswith("self._load_rng_state(resume_from_checkpoint)")
     fetch, after = source.split("self.get_batch_samples(", 1)
     assert "if rng_to_sync:" in after and "if rng_to_sync:" not in fetch  # restored after the first fetch
+
+
+def test_the_grad_norm_is_read_every_deepspeed_step_and_only_used_when_logging():
+    """Pins `UpstreamOverrides._get_grad_norm`: transformers' version reads a DeepSpeed norm with `.item()`, the
+    training loop hands the norm only to `_maybe_log_save_evaluate`, and that reads a tensor norm when it logs."""
+    assert "grad_norm = grad_norm.item()" in inspect.getsource(Trainer._get_grad_norm)
+    loop = inspect.getsource(Trainer._inner_training_loop) + inspect.getsource(Trainer._run_epoch)
+    uses = [line.strip() for line in loop.splitlines()
+            if "grad_norm" in line and "grad_norm = " not in line and "max_grad_norm" not in line]  # fmt: skip
+    assert uses == ["grad_norm,"] * len(uses) and uses, uses  # only passed on, as an argument
+    logging = inspect.getsource(Trainer._maybe_log_save_evaluate)
+    assert 'logs["grad_norm"] = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else grad_norm' in logging
