@@ -21,8 +21,9 @@ Each override, what it relies on, and its pin in test_upstream.py:
   (`test_the_trainer_creates_the_repo_in_init`);
 - the non-finite policy's `accelerator.backward` (`nonfinite.py`): `training_step` calls it once per micro-step
   (`test_training_step_calls_accelerator_backward_once`);
-- `_get_grad_norm`: under DeepSpeed transformers reads the step's gradient norm with `.item()` every step, and the
-  norm's only reader, `_maybe_log_save_evaluate`, reads a tensor itself when it logs
+- `_clip_grad_norm`, `_get_grad_norm`: under DeepSpeed accelerate (`DeepSpeedEngineWrapper.get_global_grad_norm`)
+  and transformers read the step's gradient norm with `.item()` every step, and the norm's only reader,
+  `_maybe_log_save_evaluate`, reads a tensor itself when it logs
   (`test_the_grad_norm_is_read_every_deepspeed_step_and_only_used_when_logging`).
 """
 
@@ -31,6 +32,7 @@ import os
 
 import torch
 import torch.distributed as dist
+from accelerate.utils import DistributedType
 from transformers import PreTrainedModel, Trainer
 from transformers.trainer_utils import rotate_checkpoints
 from transformers.utils import is_sagemaker_mp_enabled
@@ -187,6 +189,15 @@ class UpstreamOverrides(Trainer):
         if universal:
             logger.info(prepare_world_size_change(folder, world, self.is_world_process_zero()))
         self.model_wrapped._config.load_universal_checkpoint = universal  # the engine is built: set it there
+
+    def _clip_grad_norm(self, model):
+        """DeepSpeed clips inside its step; its norm is taken from the engine as it is: accelerate's
+        `clip_grad_norm_` hands it over through `DeepSpeedEngineWrapper.get_global_grad_norm`, which reads it with
+        `.item()` at every step (a device sync on a GPU). Other engines: transformers' path."""
+        wrapped = getattr(self.accelerator, "deepspeed_engine_wrapped", None)
+        if self.accelerator.distributed_type == DistributedType.DEEPSPEED and wrapped is not None:
+            return wrapped.engine.get_global_grad_norm()
+        return super()._clip_grad_norm(model)
 
     def _get_grad_norm(self, model, grad_norm=None):
         """The step's gradient norm, left on the device: transformers turns DeepSpeed's into a float with `.item()`

@@ -143,9 +143,12 @@ def test_a_deepspeed_grad_norm_stays_on_the_device_until_the_trainer_logs(make_t
 
     trainer = make_trainer()
     monkeypatch.setattr(trainer.accelerator.state, "distributed_type", DistributedType.DEEPSPEED)
-    reads = _host_reads(monkeypatch)
     norm = torch.tensor(2.5)
-    kept = trainer._get_grad_norm(trainer.model, grad_norm=norm)
+    engine = type("Engine", (), {"get_global_grad_norm": lambda self: norm})()
+    wrapped = type("Wrapped", (), {"engine": engine, "get_global_grad_norm": lambda self: norm.item()})()
+    monkeypatch.setattr(trainer.accelerator, "deepspeed_engine_wrapped", wrapped, raising=False)
+    reads = _host_reads(monkeypatch)
+    kept = trainer._get_grad_norm(trainer.model, grad_norm=trainer._clip_grad_norm(trainer.model))
     assert reads == [] and kept is norm
     logged = {}
     monkeypatch.setattr(trainer, "log", lambda logs, *a, **k: logged.update(logs))

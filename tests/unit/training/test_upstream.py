@@ -179,7 +179,12 @@ def test_transformers_restores_generators_only_where_it_skips_data_or_starts_an_
 def test_the_grad_norm_is_read_every_deepspeed_step_and_only_used_when_logging():
     """Pins `UpstreamOverrides._get_grad_norm`: transformers' version reads a DeepSpeed norm with `.item()`, the
     training loop hands the norm only to `_maybe_log_save_evaluate`, and that reads a tensor norm when it logs."""
+    from accelerate import Accelerator
+    from accelerate.utils.deepspeed import DeepSpeedEngineWrapper
+
     assert "grad_norm = grad_norm.item()" in inspect.getsource(Trainer._get_grad_norm)
+    assert "return grad_norm.item()" in inspect.getsource(DeepSpeedEngineWrapper.get_global_grad_norm)
+    assert "deepspeed_engine_wrapped.get_global_grad_norm()" in inspect.getsource(Accelerator.clip_grad_norm_)
     loop = inspect.getsource(Trainer._inner_training_loop) + inspect.getsource(Trainer._run_epoch)
     uses = [line.strip() for line in loop.splitlines()
             if "grad_norm" in line and "grad_norm = " not in line and "max_grad_norm" not in line]  # fmt: skip
