@@ -4,6 +4,7 @@ on 2 cores) runs every test not marked `extended`; `make test-extended` runs the
 The extended tier holds the launched cells whose code path a core test already runs on a sibling setting:
 - the engine variants: ZeRO-0, ZeRO-1 and the two CPU-offload configs wherever they are a cell of an engine matrix
   (ZeRO-2, ZeRO-3 and plain DDP stay core), and FSDP2 with full state dicts where the sharded one is the core cell;
+- the conformance matrix's DDP and FSDP2 cells (its core engines are ZeRO-2 and ZeRO-3);
 - the further cells of a feature's launched matrix, named below with the core cell that stays and why.
 Fixtures that make every cell's run at once (the resume matrix, the conformance resumes, the reload scores) make
 only the cells of the tests this session runs (`selected_params`)."""
@@ -14,12 +15,9 @@ VARIANT_ENGINES = {"zero0", "zero1", "zero2_offload", "zero3_offload"}
 # FSDP2 with full state dicts, where FSDP2 sharded is the core cell of the same matrix.
 FULL_FSDP2_WHERE_SHARDED_IS_CORE = ("test_fsdp.py::", "test_conformance.py::test_fine_tuning")
 
-# The compiled arm of the conformance matrix (compile is core in test_compile.py: the plain Trainer and DDP).
-COMPILED_CELL_WHY = "compile is core in test_compile.py (the plain Trainer and DDP, one graph, losses against eager's)"
-COMPILE_BEYOND_DDP_WHY = (
-    "compile is core on the plain Trainer and DDP (one graph, no break, eager's losses); the "
-    "engines' own compile paths (DeepSpeedEngine.compile, FSDP2's CompileEngine) in CI's tier"
-)
+# Compile is core on the plain Trainer (test_compile.py: one graph, no break, eager's losses); DDP's compiled wrapper
+# and the engines' own compile paths (DeepSpeedEngine.compile, FSDP2's CompileEngine) run in CI's tier.
+COMPILE_WHY = "compile is core on the plain Trainer (test_compile.py: one graph, no break, eager's losses)"
 # The conformance matrix's core engines are ZeRO-2 and ZeRO-3 (the project's subject); DDP's and FSDP2's cells are
 # extended: DDP's resume of every tensor is core in test_resume_exact.py, FSDP2 sharded trains as DDP in test_fsdp.py.
 CONFORMANCE_CORE_ELSEWHERE = {"ddp", "fsdp2_sharded"}
@@ -29,27 +27,27 @@ EXTENDED = {
     "test_slurm.py::test_train_sbatch_interrupted_requeued_and_resumed_exactly[zero2-accelerate-preemption]":
         "the DDP/torchrun requeue (time-limit signal) is the core cell; the engines' own resumes are elsewhere",
     "test_resume_augmented.py::test_resume_with_every_augmentation_is_exact_and_runs_only_the_remaining_steps"
-    "[per_sample-1proc-0workers-mid_epoch]": "per_sample is core on 2 processes with workers",
+    "[per_sample-1proc-0workers-mid_epoch]": "augmented resumes are core on the host_crop and device input paths",
     "test_resume_augmented.py::test_resume_with_every_augmentation_is_exact_and_runs_only_the_remaining_steps"
     "[host_crop-2proc-0workers-mid_epoch]": "host_crop is core on 1 process with workers",
     "test_resume_augmented.py::test_resume_with_every_augmentation_is_exact_and_runs_only_the_remaining_steps"
-    "[shards-1proc-2workers-mid_epoch]": "map-style reads share the per_sample core cell's draws",
+    "[shards-1proc-2workers-mid_epoch]": "augmented resumes are core on the host_crop and device input paths",
     "test_resume_augmented.py::test_resume_with_every_augmentation_is_exact_and_runs_only_the_remaining_steps"
     "[streamed_shards-2proc-2workers-mid_pass]": "streaming is core with Parquet files",
     "test_reliability.py::test_fsdp2_sigkill_one_rank_then_resume_from_sharded_checkpoint":
-        "the SIGKILL path is core under ZeRO-2; FSDP2 sharded resume is core in test_conformance.py",
-    **{f"test_conformance.py::test_compiled_run_{test}[{engine}]": COMPILED_CELL_WHY
+        "the SIGKILL path is core under ZeRO-2; FSDP2 sharded trains as DDP in test_fsdp.py (core)",
+    **{f"test_conformance.py::test_compiled_run_{test}[{engine}]": COMPILE_WHY
        for test in ("trains_the_eager_run_s_losses", "resumes_exactly")
-       for engine in ("ddp", "zero2", "zero3", "fsdp2_sharded")},
-    **{f"test_compile.py::test_every_engine_compiles_on_two_processes[{engine}]": COMPILE_BEYOND_DDP_WHY
-       for engine in ("zero2", "zero3", "fsdp2")},
+       for engine in ("zero2", "zero3")},  # its DDP and FSDP2 cells: CONFORMANCE_CORE_ELSEWHERE
+    **{f"test_compile.py::test_every_engine_compiles_on_two_processes[{engine}]": COMPILE_WHY
+       for engine in ("ddp", "zero2", "zero3", "fsdp2")},
     "test_gpu_path_flags.py::test_bf16_trains_and_saves_a_model_that_reloads[ddp]": "bf16 is core under ZeRO-3",
     "test_gpu_path_flags.py::test_bf16_trains_and_saves_a_model_that_reloads[zero2]": "bf16 is core under ZeRO-3",
     "test_gpu_path_flags.py::test_bf16_trains_and_saves_a_model_that_reloads[fsdp2]": "bf16 is core under ZeRO-3",
     "test_per_rank_randomness.py::test_sequence_parallel_groups_draw_alike_within_and_apart_across":
         "SP groups' draws are core in test_sequence_parallel_launched.py (4 processes, one image copied, resumed)",
     "test_streaming_launched.py::test_peak_memory_does_not_grow_with_the_data_set":
-        "a memory bound over two data-set sizes; streaming's rows and resume are core",
+        "a memory bound over two data-set sizes; streaming's rows per pass are core",
     "test_streaming_launched.py::test_every_row_once_per_pass_across_two_ranks[16]": "the [15] cell is core",
     "test_regularization_launched.py::test_layer_decay_gives_each_parameter_group_its_lr[fsdp2-2-processes]":
         "layer decay is core on the plain Trainer",
@@ -61,17 +59,17 @@ EXTENDED = {
     "test_distillation_launched.py::test_teacher_is_whole_on_every_rank_frozen_and_outside_the_optimizer[zero2_token]":
         "the teacher is core under ZeRO-3",
     "test_interruption_launched.py::test_one_rank_signalled_every_rank_saves_the_step_the_uninterrupted_run_saved"
-    "[fsdp2_sharded]": "the agreed stop is core under ZeRO-3, torchrun and one process",
+    "[fsdp2_sharded]": "the agreed stop is core under ZeRO-3 and on one process",
     "test_one_stop_handler_launched.py::test_jit_checkpoint_is_refused_on_every_launch_before_any_step[zero2]":
         "the refusal is core on one process",
     "test_fashion_distil_script.py::test_one_command_trains_the_seed_s_teacher_then_its_student":
         "the distillation recipe is core in test_distillation_launched.py; this runs make fashion-distil's script",
     "test_resume_augmented.py::test_resume_with_every_augmentation_is_exact_and_runs_only_the_remaining_steps"
-    "[streamed_files-1proc-2workers-mid_pass]": "a streamed resume is core in test_streaming_launched.py (SIGKILL)",
+    "[streamed_files-1proc-2workers-mid_pass]": "streaming's rows per pass are core; its resumes run in CI's tier",
     "test_slurm.py::test_train_sbatch_interrupted_requeued_and_resumed_exactly[ddp-torchrun-time_limit_signal]":
-        "the Slurm study is core; the requeue's resume is the engines' own, core in test_conformance.py",
+        "the requeue's resume is the engines' own, core in test_conformance.py; Slurm runs in CI's tier",
     "test_gpu_path_flags.py::test_torch_compile_with_device_inputs_drop_path_and_throughput_hooks":
-        "inductor's code generation on the CPU; compile is core with aot_eager (test_compile.py, test_conformance.py)",
+        "inductor's code generation on the CPU; compile is core with aot_eager (test_compile.py)",
     "test_sequence_parallel_launched.py::test_four_processes_two_data_parallel_groups_of_two":
         "4 processes in 2 groups are core in the draw-and-resume test of the same file",
     "test_sequence_parallel_launched.py::test_recipe_high_resolution_finetune_under_zero3":
@@ -85,11 +83,10 @@ EXTENDED = {
         "the refusal is core on one process",
     "test_gpu_check.py::test_dry_run_": "the GPU check's CPU dry run runs benchmarks/gpu_check.py's every item (the "
         "recipe's engines are core in their own tests); its order, budget and wheel install stay core in this file",
-    # Moved on 2026-12-06, when make test took 30 minutes of pytest on a fresh clone (1,304 tests): each is a
-    # second launched path to a behaviour a core test holds.
+    # Second launched paths to a behaviour a core test holds (make test's 20 minutes: benchmarks/README.md).
     "test_resume_augmented.py::test_resume_with_every_augmentation_is_exact_and_runs_only_the_remaining_steps"
     "[per_sample-2proc-2workers-epoch_end]": "augmented resumes are core on 1 process (host_crop, device input "
-        "paths); 2 ranks' distinct draws are core in test_per_rank_randomness.py",
+        "paths); ranks' distinct draws are core in test_sequence_parallel_launched.py (4 processes)",
     "test_reliability.py::test_zero2_resume_one_process_on_two":
         "ZeRO-2 resumed on another world size is core in test_conformance.py (2 processes -> 1)",
     "test_reliability.py::test_zero3_torchrun_restarts_killed_job_from_latest_checkpoint":
@@ -121,7 +118,6 @@ EXTENDED = {
     "[zero3_plain]": "distillation through the recipe is core (the saved students' reload and accuracy)",
     "test_sequence_parallel_launched.py::test_two_process_sequence_parallel_matches_the_plain_model":
         "the recipe under sequence parallelism equals one process (core, this file)",
-    # A second round (the first left make test at 19:51 of pytest): the same rule.
     **{f"test_bad_input.py::test_every_script_refuses_an_unknown_flag_with_one_line[recipes/{script}]":
        "the one-line refusal is arguments/parser.py's OneLineErrors, which every script's parser shares: core for "
        "train_vit.py and the scripts with argparse parsers"
@@ -131,8 +127,6 @@ EXTENDED = {
        for case in ("zero bootstrap resamples", "negative batch size")},
     "test_slurm.py::test_scaling_study_sbatch_runs_on_local_slurm": "the scaling study end to end and resumed is "
         "core in test_studies_launched.py; Slurm's sbatch runs in CI's extended tier (.ci/run installs Slurm)",
-    "test_compile.py::test_every_engine_compiles_on_two_processes[ddp]": "compile is core on the plain Trainer "
-        "(one graph, no break, eager's losses); DDP's wrapper and the engines' compile paths in CI's tier",
     "test_recipe_distributed.py::test_every_ds_config_trains_saves_and_reloads[zero2]":
         "ZeRO-2's saved model reloads in test_conformance.py's fine-tuning cell (core)",
     "test_per_rank_randomness.py::test_two_ranks_draw_different_augmentations_of_the_same_image":

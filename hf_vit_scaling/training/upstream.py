@@ -32,7 +32,6 @@ import os
 
 import torch
 import torch.distributed as dist
-from accelerate.utils import DistributedType
 from transformers import PreTrainedModel, Trainer
 from transformers.trainer_utils import rotate_checkpoints
 from transformers.utils import is_sagemaker_mp_enabled
@@ -194,9 +193,8 @@ class UpstreamOverrides(Trainer):
         """DeepSpeed clips inside its step; its norm is taken from the engine as it is: accelerate's
         `clip_grad_norm_` hands it over through `DeepSpeedEngineWrapper.get_global_grad_norm`, which reads it with
         `.item()` at every step (a device sync on a GPU). Other engines: transformers' path."""
-        wrapped = getattr(self.accelerator, "deepspeed_engine_wrapped", None)
-        if self.accelerator.distributed_type == DistributedType.DEEPSPEED and wrapped is not None:
-            return wrapped.engine.get_global_grad_norm()
+        if self.is_deepspeed_enabled:
+            return self.model_wrapped.get_global_grad_norm()  # the engine, once the training loop built it
         return super()._clip_grad_norm(model)
 
     def _get_grad_norm(self, model, grad_norm=None):

@@ -3,13 +3,12 @@ is bound to its field and equal to it, labelled in its own sentence, or allowed 
 benchmarks/figures.py, `make docs-figures`)."""
 
 import importlib.util
-import json
 import re
 import sys
 
 import pytest
 
-from tests.helpers.launchers import REPO
+from tests.helpers.launchers import REPO, read_json
 
 sys.path.insert(0, str(REPO / "benchmarks"))  # as when run as a script: tables.py imports table_renderers beside it
 spec = importlib.util.spec_from_file_location("tables", REPO / "benchmarks" / "tables.py")
@@ -113,7 +112,7 @@ def problems_of(text: str) -> list[str]:
 STOP = "benchmarks/results/stop_on_signal.json"  # flag_all_reduce_us 146.7; steps 100; torch "2.13.0+cpu"; date
 MAKE_TEST = "benchmarks/results/make_test.json"
 # Its wall time, read here: the file is rewritten each time make test is timed.
-WALL_S = json.loads((REPO / MAKE_TEST).read_text(encoding="utf-8"))["wall_s"]
+WALL_S = read_json(REPO / MAKE_TEST)["wall_s"]
 
 
 def field(path: str, key: str, unit: str = "") -> str:

@@ -146,7 +146,8 @@ def test_a_deepspeed_grad_norm_stays_on_the_device_until_the_trainer_logs(make_t
     norm = torch.tensor(2.5)
     engine = type("Engine", (), {"get_global_grad_norm": lambda self: norm})()
     wrapped = type("Wrapped", (), {"engine": engine, "get_global_grad_norm": lambda self: norm.item()})()
-    monkeypatch.setattr(trainer.accelerator, "deepspeed_engine_wrapped", wrapped, raising=False)
+    monkeypatch.setattr(trainer.accelerator, "deepspeed_engine_wrapped", wrapped, raising=False)  # accelerate's path
+    trainer.is_deepspeed_enabled, trainer.model_wrapped = True, engine  # as the training loop leaves them
     reads = _host_reads(monkeypatch)
     kept = trainer._get_grad_norm(trainer.model, grad_norm=trainer._clip_grad_norm(trainer.model))
     assert reads == [] and kept is norm

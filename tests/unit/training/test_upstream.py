@@ -177,8 +177,9 @@ def test_transformers_restores_generators_only_where_it_skips_data_or_starts_an_
 
 
 def test_the_grad_norm_is_read_every_deepspeed_step_and_only_used_when_logging():
-    """Pins `UpstreamOverrides._get_grad_norm`: transformers' version reads a DeepSpeed norm with `.item()`, the
-    training loop hands the norm only to `_maybe_log_save_evaluate`, and that reads a tensor norm when it logs."""
+    """Pins `UpstreamOverrides._clip_grad_norm` and `_get_grad_norm`: accelerate's and transformers' versions read
+    a DeepSpeed norm with `.item()`, the training loop hands the norm only to `_maybe_log_save_evaluate`, and that
+    reads a tensor norm when it logs."""
     from accelerate import Accelerator
     from accelerate.utils.deepspeed import DeepSpeedEngineWrapper
 
