@@ -9,7 +9,8 @@ step time (`step_time_s.median`). Arms: the plain Trainer (DDP on two processes)
 with offload, FSDP2 (two processes only), each with the project's resolved DeepSpeed values (`ds_configs/` as
 shipped), and ZeRO-2/ZeRO-3 "auto" as transformers alone fills them (hidden^2 buckets, 0.9 hidden^2 prefetch,
 10 x hidden persistence, DeepSpeed's throughput timer on, no leaf module, overlap_comm and contiguous_gradients
-on: the behaviour before the resolution),
+on, DeepSpeed's own per-tensor loops (`HF_VIT_SCALING_DEEPSPEED_FAST_PATHS=0`): the behaviour before the resolution),
+and ZeRO-1/2/3 "own": the resolved values with DeepSpeed's own per-tensor loops (what the fast paths add on top),
 written out as numbers so the project leaves them. Every arm runs in its own fresh process(es); per round the arms
 run in turn, the order reversed every other round, so a drift of the machine falls on all alike; reported: the
 median over rounds of each arm's step time and of its ratio to the same round's plain Trainer.
@@ -41,12 +42,14 @@ from torch.distributed.elastic.utils.distributed import get_free_port
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the checkout's package, also when another copy is installed
 
+from hf_vit_scaling.parallel.deepspeed_fast_paths import ENV_SWITCH as FAST_PATHS_SWITCH  # noqa: E402
 from hf_vit_scaling.parallel.launch import launch_command  # noqa: E402
 from hf_vit_scaling.throughput.schema import load_throughput_report  # noqa: E402
 
 CONFIGS = {"plain": None, "zero0": "zero0.json", "zero1": "zero1.json", "zero2": "zero2.json", "zero3": "zero3.json",
            "zero2_offload": "zero2_offload.json", "zero3_offload": "zero3_offload.json", "fsdp2": None,
-           "zero2_auto": "zero2.json", "zero3_auto": "zero3.json"}  # fmt: skip
+           "zero2_auto": "zero2.json", "zero3_auto": "zero3.json", "zero1_own": "zero1.json",
+           "zero2_own": "zero2.json", "zero3_own": "zero3.json"}  # fmt: skip
 TWO_PROCESSES_ONLY = {"fsdp2"}  # FSDP2 on a CPU world needs 2 ranks (parallel/engine.select_fsdp_on_cpu)
 DIGITS = [str(d) for d in range(10)]
 
@@ -110,11 +113,18 @@ def run_arm(args, name: str, nproc: int, count: bool = False, model=None) -> dic
         launcher = launch_command("torchrun" if nproc > 1 else "python", nproc, get_free_port())
         probe = [__file__, "--probe", out, "--probe_warmup", str(args.warmup), "--"] if count else []
         cmd = [*launcher, *probe, *recipe_argv(args, nproc, out, steps, model), *engine_flags(name, hidden, out)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(max(1, args.threads // nproc)))
+        env = child_env(max(1, args.threads // nproc))
+        if name.endswith(("_auto", "_own")):  # the behaviour before, and the resolved values alone: DeepSpeed's code
+            env[FAST_PATHS_SWITCH] = "0"
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             raise RuntimeError(f"{name} on {nproc} process(es) failed:\n{proc.stderr[-3000:]}")
         report = load_throughput_report(os.path.join(out, "throughput.json"))
-        result = {"step_s": report["step_time_s"]["median"], "resolved": report["setup"]["deepspeed_resolved"]}
+        result = {
+            "step_s": report["step_time_s"]["median"],
+            "resolved": report["setup"]["deepspeed_resolved"],
+            "fast_paths": report["setup"]["deepspeed_fast_paths"],
+        }
         if count:
             result["counts_per_step"] = [json.load(open(os.path.join(out, f"counts_rank{r}.json"))) for r in
                                          range(nproc)]  # fmt: skip
@@ -244,7 +254,11 @@ def measure(args) -> dict:
     counts = {}
     for name, nproc in arms(args) if args.count_steps else []:
         counted = run_arm(args, name, nproc, count=True)
-        counts[f"{name}@{nproc}"] = {"per_rank": counted["counts_per_step"], "resolved": counted["resolved"]}
+        counts[f"{name}@{nproc}"] = {
+            "per_rank": counted["counts_per_step"],
+            "resolved": counted["resolved"],
+            "fast_paths": counted["fast_paths"],
+        }
         print(f"counted {name} x{nproc}: {counted['counts_per_step'][0]}", file=sys.stderr)
     vit_b = {}
     for name in ("zero2_auto", "zero2", "zero3_auto", "zero3") if args.vit_b16 else ():

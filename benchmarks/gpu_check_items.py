@@ -30,6 +30,10 @@ from gpu_check_settings import (
 )
 from torch.distributed.elastic.utils.distributed import get_free_port
 
+# hf_vit_scaling.parallel.deepspeed_fast_paths.ENV_SWITCH, written out: the package imports deepspeed, which
+# `ensure_packages` installs only once the check runs (tests/launched/test_gpu_check.py checks both agree).
+FAST_PATHS_SWITCH = "HF_VIT_SCALING_DEEPSPEED_FAST_PATHS"
+
 # --------------------------------------------------------------------------- the items
 
 
@@ -201,7 +205,8 @@ class Check:
             cmd += ["--torch_compile", "true", "--torch_compile_backend", s.compile_backend]
         if mode:
             cmd += ["--torch_compile_mode", mode]
-        status, _ = run_process(cmd, log, limit)
+        # an "auto" arm is the run before the project's changes: DeepSpeed's own per-tensor loops too
+        status, _ = run_process(cmd, log, limit, env={FAST_PATHS_SWITCH: "0"} if engine.auto else None)
         fields = {"input": self.input_name(), "steps": steps, "warmup_steps": warmup}
         if engine.auto:  # the numbers the run had instead of "auto" (the file itself is in the run's folder)
             written = json.loads(Path(ds_config).read_text())
@@ -447,15 +452,16 @@ class Check:
 
 def read_run(out: Path) -> dict:
     """A finished recipe run's figures (benchmarks/gpu_vit_b16.py's read_cell) and the DeepSpeed values the
-    project resolved for it, with their reasons (throughput.json's setup.deepspeed_resolved)."""
+    project resolved for it, with their reasons, and DeepSpeed's fast paths (throughput.json's
+    setup.deepspeed_resolved and deepspeed_fast_paths)."""
     from gpu_vit_b16 import read_cell
 
     from hf_vit_scaling.throughput.schema import load_throughput_report
 
     figures = read_cell(str(out))
-    figures["deepspeed_resolved"] = load_throughput_report(str(out / "throughput.json"))["setup"].get(
-        "deepspeed_resolved", {}
-    )
+    setup = load_throughput_report(str(out / "throughput.json"))["setup"]
+    figures["deepspeed_resolved"] = setup.get("deepspeed_resolved", {})
+    figures["deepspeed_fast_paths"] = setup.get("deepspeed_fast_paths", {})
     return figures
 
 

@@ -54,14 +54,20 @@ def stop_group(proc: subprocess.Popen) -> None:
             continue
 
 
-def run_process(cmd: list, log: Path, timeout: float) -> tuple[str, int | None]:
-    """Run `cmd` from the repository root with its output appended to `log`: ("ok" | "failed" | "timeout", rc)."""
+def run_process(cmd: list, log: Path, timeout: float, env: dict | None = None) -> tuple[str, int | None]:
+    """Run `cmd` from the repository root with its output appended to `log`: ("ok" | "failed" | "timeout", rc).
+    `env`: variables set for it on top of this process's."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a", encoding="utf-8") as out:
         out.write("$ " + " ".join(str(c) for c in cmd) + "\n")
         out.flush()
         proc = subprocess.Popen(
-            [str(c) for c in cmd], cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            [str(c) for c in cmd],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
         )
         try:
             rc = proc.wait(timeout=max(timeout, 1))

@@ -438,6 +438,9 @@ ENGINE_NAMES = {
     "fsdp2": "FSDP2 (sharded)",
     "zero2_auto": 'ZeRO-2, transformers\' "auto"',
     "zero3_auto": 'ZeRO-3, transformers\' "auto"',
+    "zero1_own": "ZeRO-1, DeepSpeed's own loops",
+    "zero2_own": "ZeRO-2, DeepSpeed's own loops",
+    "zero3_own": "ZeRO-3, DeepSpeed's own loops",
 }
 COUNTED = {
     "bucket_flushes": "bucket flushes",

@@ -127,20 +127,21 @@ def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-def gradient_bucket_elements(tensor_numels: list[int], world_size: int) -> tuple[int, int]:
+def gradient_bucket_elements(tensor_numels: list[int], world_size: int, overlap: bool = True) -> tuple[int, int]:
     """(bucket elements, flushes a step at most) for a model's gradient tensors.
 
     DeepSpeed fills a bucket with whole gradients as backward produces them and flushes it (a flatten, a collective,
     a copy back; on a GPU with stream waits) when the next gradient would not fit. transformers' "auto" is
     hidden_size^2 (589,824 for ViT-B, about one 768x768 matrix): 147 flushes a step over ViT-B/16's 200 tensors.
-    With nothing to overlap (one process) one bucket holds every gradient: one flush, in the epilogue. With several,
-    F = 4 flushes overlap the reduction with the backward still running. Every bucket but the last holds more than
+    With nothing to overlap (one process, or a CPU, where DeepSpeed reduces a bucket before the backward goes on:
+    `overlap` False) one bucket holds every gradient: one flush, in the epilogue. With several GPUs, F = 4 flushes
+    overlap the reduction with the backward still running. Every bucket but the last holds more than
     B - m (m: the largest gradient), so n buckets need (n - 1)(B - m) < total; n <= F holds for
     B = ceil(total / (F - 1)) + m. ViT-B/16: 85,806,346 / 3 + 2,359,296 = 30,961,412 -> 30,961,664 elements
     (x 2 bytes = 59 MiB in bf16, against 5e8 x 2 bytes = 0.93 GiB for DeepSpeed's default), capped at that default
     for larger models."""
     total, largest = sum(tensor_numels), max(tensor_numels)
-    flushes = 1 if world_size <= 1 else FLUSHES_ON_SEVERAL_PROCESSES
+    flushes = FLUSHES_ON_SEVERAL_PROCESSES if overlap and world_size > 1 else 1
     bucket = total if flushes == 1 else -(-total // (flushes - 1)) + largest
     return min(_round_up(bucket, BUCKET_ALIGNMENT), DEEPSPEED_DEFAULT_BUCKET), flushes
 
@@ -172,14 +173,18 @@ def model_sized_values(
       `gradient_bucket_elements`;
     - ZeRO-3 `stage3_param_persistence_threshold`: one above the largest tensor that is not a weight matrix (biases,
       LayerNorms: 3,072 elements in ViT-B), so every matrix is partitioned (that is ZeRO-3's memory) and nothing else
-      pays a gather (transformers' 10 x hidden is meant for LMs);
+      pays a gather (transformers' 10 x hidden is meant for LMs); on one process one above the largest tensor: a
+      partition over one rank is the whole tensor, so a gather only adds a copy, hooks and a transient buffer
+      (measured: benchmarks/README.md, "Engine overhead");
     - ZeRO-3 `leaf_module`: the encoder layer (`layer_class`), gathered whole on entry: one hook and one gather per
       layer instead of one per submodule (18 a ViT layer; DeepSpeed's `set_z3_leaf_modules`);
     - ZeRO-2/3 `overlap_comm` and `contiguous_gradients` (left out of the shipped configs: accelerate refuses
       "auto" for them in a plain Trainer script that copies a config): on where there is
       something to overlap, several processes on GPUs (the reduction runs on a side stream while the backward goes
       on); off on one process or on a CPU (no streams: the overlap machinery and the copy of every gradient into the
-      bucket are per-gradient host work that buys nothing there);
+      bucket are per-gradient host work that buys nothing there). ZeRO-1 gets the same "off" there (DeepSpeed's
+      default contiguous_gradients adds a hook and a copy per gradient) and keeps DeepSpeed's defaults on several
+      GPUs;
     - `timers.throughput`: off. DeepSpeed's throughput timer synchronizes the device at the start of forward and in
       `step()` when the engine got no dataloader (under the Trainer); the throughput report times steps itself.
     `tensor_numels`: every trainable tensor's full element count (ZeRO-3: `ds_numel`); `small_tensor_max`: the
@@ -187,18 +192,19 @@ def model_sized_values(
     stage, written = config.zero_stage or 0, config.zero_written
     values: dict[str, tuple[Any, str]] = {}
     if stage >= 1:
-        bucket, flushes = gradient_bucket_elements(tensor_numels, world_size)
+        bucket, flushes = gradient_bucket_elements(tensor_numels, world_size, overlap=on_gpu)
         plural = "es" if flushes > 1 else ""
         why = (
             f"{flushes} gradient flush{plural} a step at most for {sum(tensor_numels):,} elements in "
             f"{len(tensor_numels)} tensors on {world_size} process{'es' if world_size > 1 else ''}"
+            + ("" if on_gpu or world_size <= 1 else " of a CPU (nothing to overlap)")
         )
         keys = ["reduce_bucket_size", "stage3_prefetch_bucket_size" if stage == 3 else "allgather_bucket_size"]
         for key in keys:
             if key not in written:
                 values[f"zero_optimization.{key}"] = (bucket, why)
-    if stage >= 2:
-        overlap = on_gpu and world_size > 1
+    overlap = on_gpu and world_size > 1
+    if stage >= 2 or (stage == 1 and not overlap):
         why = (
             "overlaps the reduction with the backward" if overlap else "nothing to overlap with (one process or a CPU)"
         )
@@ -207,8 +213,9 @@ def model_sized_values(
                 values[f"zero_optimization.{key}"] = (overlap, why)
     if stage == 3 and "stage3_param_persistence_threshold" not in written:
         values["zero_optimization.stage3_param_persistence_threshold"] = (
-            small_tensor_max + 1,
-            "every weight matrix partitioned, biases and norms kept whole",
+            (max(tensor_numels) + 1, "one process: nothing to shard over, every tensor kept whole (no gathers)")
+            if world_size <= 1
+            else (small_tensor_max + 1, "every weight matrix partitioned, biases and norms kept whole")
         )
     if stage == 3 and layer_class and "leaf_module" not in written:
         values["zero_optimization.leaf_module"] = ({"classes": [layer_class]}, "each encoder layer gathered whole")

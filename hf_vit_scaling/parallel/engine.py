@@ -35,6 +35,8 @@ class Engine:
     fsdp_plugin_args: dict[str, Any] = field(default_factory=dict)  # TrainingArguments.fsdp_plugin_args
     ds_config_mismatches: tuple[str, ...] = ()  # config values that contradict the flags (transformers' list)
     resolved: dict[str, dict] = field(default_factory=dict, compare=False)  # {dotted key: {"value", "reason"}}
+    # DeepSpeed's per-tensor loops replaced in this process (`deepspeed_fast_paths`): {name: "on" or why off}
+    fast_paths: dict[str, str] = field(default_factory=dict, compare=False)
     # Read once from the config (nothing the project sets changes them): what the project reads from the DeepSpeed
     # dict (`ConfigReading`: the stage, the offload, the sections DeepSpeed builds itself, ...), and from it the ZeRO
     # stage (None without DeepSpeed) and which states are offloaded where, e.g. {"optimizer": "cpu"}.
@@ -131,11 +133,15 @@ def engine_of(
 
 
 def start_engine(engine: Engine, device_type: str, mixed_precision: str) -> None:
-    """What must exist before the model is built: ZeRO-3 builds it partitioned, so DeepSpeed must know the world;
+    """What must exist before the model is built: ZeRO-3 builds it partitioned, so DeepSpeed must know the world (and
+    DeepSpeed's fast paths are installed in this process before the Trainer builds the engine);
     FSDP2 on a CPU world (`device_type` "cpu") needs accelerate told, with the Trainer's `mixed_precision` (see
     `select_fsdp_on_cpu`)."""
     if engine.kind == "deepspeed":
+        from hf_vit_scaling.parallel.deepspeed_fast_paths import install_deepspeed_fast_paths  # DeepSpeed runs only
+
         init_deepspeed_comm()
+        engine.fast_paths.update(install_deepspeed_fast_paths())
     elif engine.kind == "fsdp" and device_type == "cpu":
         select_fsdp_on_cpu(engine.fsdp_plugin_args, mixed_precision)
 

@@ -82,6 +82,16 @@ def resolved_lines(resolved: dict) -> list[str]:
     ]
 
 
+def fast_path_lines(fast_paths: dict) -> list[str]:
+    """DeepSpeed's per-tensor loops the run replaced ("fast paths  on: zero12_grad_norm, ...") and any left off, with
+    why (none without DeepSpeed)."""
+    if not fast_paths:
+        return []
+    on = [name for name, status in fast_paths.items() if status == "on"]
+    parts = ([f"on: {', '.join(on)}"] if on else []) + [f"{n} {s}" for n, s in fast_paths.items() if s != "on"]
+    return [f"{'fast paths':<13}{'; '.join(parts)}"]
+
+
 def format_report(report: dict) -> str:
     """A readable table of the report, printed once by the main process."""
     s, t, st, fl, mem, rk = (report[k] for k in ("setup", "throughput", "step_time_s", "flops", "memory", "ranks"))
@@ -126,6 +136,7 @@ def format_report(report: dict) -> str:
         f"{_fmt(rk['spread'], '.2f', 'x')}, est. wait at gradient sync {rk['est_sync_wait_s_total']:.2f} s in all",
     ]
     lines += resolved_lines(s.get("deepspeed_resolved") or {})
+    lines += fast_path_lines(s.get("deepspeed_fast_paths") or {})
     compiled = compile_line(report["compile"], t["warmup_steps"])
     if compiled is not None:
         lines.append(compiled)

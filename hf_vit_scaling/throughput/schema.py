@@ -5,7 +5,7 @@ docs/throughput.md is checked against `REPORT_SCHEMA` by the tests, so the page 
 
 import json
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 REPORT_FILENAME = "throughput.json"
 
 REPORT_SCHEMA: dict[str, dict[str, str]] = {
@@ -20,6 +20,8 @@ REPORT_SCHEMA: dict[str, dict[str, str]] = {
         "offload": "offloaded states and their device, e.g. {optimizer: cpu}",
         "deepspeed_resolved": "{dotted key: {value, reason}}: every DeepSpeed value the project set (bucket sizes, "
         "ZeRO-3 persistence and leaf modules, timers, the scaled lr, ...); {} without DeepSpeed",
+        "deepspeed_fast_paths": "{name: on, or why off}: DeepSpeed ZeRO per-tensor loops replaced by exact "
+        "equivalents (hf_vit_scaling/parallel/deepspeed_fast_paths.py); {} without DeepSpeed",
         "precision": "fp32, bf16, fp16 or tf32",
         "image_size": "input side in pixels",
         "patch_size": "patch side in pixels (null for a CNN)",
@@ -145,8 +147,16 @@ def upgrade_v4(report: dict) -> dict:
     return report
 
 
+def upgrade_v5(report: dict) -> dict:
+    """Version 5 files (before DeepSpeed's fast paths were recorded) read as version 6: nothing recorded, so
+    `deepspeed_fast_paths` is empty."""
+    report.setdefault("setup", {}).setdefault("deepspeed_fast_paths", {})
+    report["schema_version"] = 6
+    return report
+
+
 def load_throughput_report(path: str) -> dict:
-    """Read a throughput.json (version 5, or versions 1 to 4 upgraded), checking every section and key."""
+    """Read a throughput.json (version 6, or versions 1 to 5 upgraded), checking every section and key."""
     with open(path, encoding="utf-8") as f:
         report = json.load(f)
     version = report.get("schema_version")
@@ -161,6 +171,9 @@ def load_throughput_report(path: str) -> dict:
         version = 4
     if version == 4:
         report = upgrade_v4(report)
+        version = 5
+    if version == 5:
+        report = upgrade_v5(report)
     elif version != SCHEMA_VERSION:
         raise ValueError(f"{path}: throughput report schema {version!r}; this version reads 1 to {SCHEMA_VERSION}")
     missing = [

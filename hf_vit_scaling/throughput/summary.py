@@ -157,6 +157,7 @@ def summarize(per_rank: list[dict], setup: dict) -> dict:
             "zero_stage": setup["zero_stage"],
             "offload": setup["offload"],
             "deepspeed_resolved": setup.get("deepspeed_resolved", {}),
+            "deepspeed_fast_paths": setup.get("deepspeed_fast_paths", {}),
             "precision": setup["precision"],
             "image_size": setup["image_size"],
             "patch_size": setup["patch_size"],

@@ -378,6 +378,7 @@ class ThroughputCallback(TrainerCallback):
             "zero_stage": engine.zero_stage if engine is not None else None,
             "offload": engine.offload if engine is not None else {},
             "deepspeed_resolved": dict(engine.resolved) if engine is not None else {},
+            "deepspeed_fast_paths": dict(engine.fast_paths) if engine is not None else {},
             "precision": settings["precision"],
             "image_size": as_pair(config.image_size)[0],
             "patch_size": as_pair(config.patch_size)[0] if has_patches(config) else None,

@@ -231,9 +231,8 @@ def prepare_inputs(
     (`attach_extension_points`), and the run's records (per-rank batches, metrics, EMA, the model card's facts).
     `classifier=False` (MAE pretraining): no classification metrics (their `evaluate` modules are not loaded) and no
     card facts."""
-    world.engine.resolve_for_model(
-        model, args.training.world_size
-    )  # DeepSpeed's model-sized values, before the Trainer
+    # DeepSpeed's model-sized values, before the Trainer (a CPU has no streams to overlap a reduction on)
+    world.engine.resolve_for_model(model, args.training.world_size, on_gpu=args.training.device.type != "cpu")
     size, mean, std = as_pair(model.config.image_size)[0], processor.image_mean, processor.image_std
     reg = args.regularization
     smoothing = args.training.label_smoothing_factor  # applied by the augmenter's loss, before mixing

@@ -15,6 +15,7 @@ import zipfile
 
 import pytest
 
+from hf_vit_scaling.parallel.deepspeed_fast_paths import ENV_SWITCH
 from tests.helpers.launchers import REPO, launch_env
 
 SCRIPT = REPO / "benchmarks" / "gpu_check.py"
@@ -99,10 +100,12 @@ def test_dry_run_auto_arms_run_transformers_fill_and_the_others_the_resolved_val
         zero = items[name]["auto_values"]["zero_optimization"]
         assert zero["reduce_bucket_size"] == hidden * hidden, name  # transformers' hidden^2 rule, as numbers
         assert items[name]["figures"]["deepspeed_resolved"] == {}, name  # numbers in the file win over resolution
+        assert set(items[name]["figures"]["deepspeed_fast_paths"].values()) == {f"off ({ENV_SWITCH}=0)"}, name
     assert items["zero3_auto-eager"]["auto_values"]["zero_optimization"]["stage3_param_persistence_threshold"] == 960
     for name in ("zero1-eager", "zero2-eager", "zero3-eager"):
         resolved = items[name]["figures"]["deepspeed_resolved"]
         assert resolved["zero_optimization.reduce_bucket_size"]["value"] > hidden * hidden, name
+        assert set(items[name]["figures"]["deepspeed_fast_paths"].values()) == {"on"}, name
 
 
 @pytest.mark.distributed

@@ -32,6 +32,12 @@ def test_images_counted_with_accumulation_and_two_processes(tmp_path):
     assert t["images_measured"] == t["steps_measured"] * 32
     assert [r["images"] for r in report["ranks"]["per_rank"]] == [6 * 16, 6 * 16]
     assert proc.stdout.count("Throughput report") == 1  # printed once, by the main process
+    # A CPU has no streams to overlap a reduction with the backward: the recipe resolves ZeRO-2 as on one process
+    # (no overlap, every gradient in one bucket), not as on GPUs (the run once resolved overlap_comm true here).
+    resolved = s["deepspeed_resolved"]
+    assert resolved["zero_optimization.overlap_comm"]["value"] is False
+    assert resolved["zero_optimization.reduce_bucket_size"]["reason"].startswith("1 gradient flush a step")
+    assert set(s["deepspeed_fast_paths"].values()) == {"on"}
 
 
 @pytest.mark.distributed

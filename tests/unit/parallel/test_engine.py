@@ -104,6 +104,9 @@ def test_zero3_values_come_from_the_model_and_a_number_the_user_wrote_wins():
     mine = {"zero_optimization": {"stage": 3}, "timers": {"throughput": {"enabled": True}}}
     Engine("deepspeed", mine).resolve_for_model(model, world_size=1)
     assert mine["timers"] == {"throughput": {"enabled": True}}  # the user's timers stay
+    # One process: a partition over one rank is the whole tensor, so every tensor stays whole (the largest: an MLP
+    # matrix, 768 x 3072 = 2,359,296 elements) and no gather runs.
+    assert mine["zero_optimization"]["stage3_param_persistence_threshold"] == 2_359_296 + 1
     plain = Engine("trainer")
     plain.resolve_for_model(model, world_size=1)
     assert plain.resolved == {}

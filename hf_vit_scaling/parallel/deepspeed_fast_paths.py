@@ -1,0 +1,275 @@
+"""DeepSpeed ZeRO's per-tensor Python loops, replaced where an exact equivalent is cheaper.
+
+A ViT has many small tensors (72 in the tiny preset, 200 in ViT-B/16), and DeepSpeed's ZeRO optimizers walk them
+one by one in Python every step: the gradient norm (an fp64 copy, a `vector_norm` and a `.to()` per tensor), the
+re-pointing of every parameter at the slice of the flat buffer it already points at, and, on a world of one, a
+flatten, an all-reduce and a copy back of every gradient (ZeRO-3: a reduce-scatter). What each cost and what is left:
+benchmarks/README.md, "Engine overhead". Each replacement below computes the same values as the DeepSpeed method it
+stands for (tests/launched/test_deepspeed_fast_paths.py compares whole runs bit for bit on the CPU, the conformance
+matrix on two processes) and calls the original where its condition does not hold:
+
+- `zero12_grad_norm`, `zero3_grad_norm`: the L2 norm of the gradients with torch's multi-tensor norm
+  (`torch._foreach_norm`, what `torch.nn.utils.clip_grad_norm_` and so the plain Trainer use) instead of one
+  `vector_norm` per tensor. On the CPU it equals DeepSpeed's per-tensor norm bit for bit; on CUDA the multi-tensor
+  kernel may differ from it in the last bits, as the plain Trainer's norm does;
+- `zero12_bit16_views`: `_update_model_bit16_weights` skipped when every parameter already is its slice of the flat
+  buffer (same address and shape), as it is after the first step;
+- `zero12_single_rank_reduce`: on a data-parallel world of one, with no sequence parallelism and the gradients
+  already in the communication dtype, the all-reduce of a gradient bucket is x / 1 summed over one rank: x. The
+  bucket is left as it is instead of flattened, reduced and copied back;
+- `zero3_single_rank_reduce_scatter`: the same for ZeRO-3's coalesced reduce-scatter: one flat copy of the
+  gradients (DeepSpeed's output buffer), without the divide by one and the collective.
+
+Each is installed only over the DeepSpeed source it was written and tested against (`SOURCE_SHA` pins a hash of the
+original's source): after a DeepSpeed upgrade that changes a method, its fast path stays off and the run reports so,
+and `tests/unit/parallel/test_deepspeed_fast_paths.py` fails until the replacement is reviewed. Set
+`HF_VIT_SCALING_DEEPSPEED_FAST_PATHS=0` to run DeepSpeed's own code unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+ENV_SWITCH = "HF_VIT_SCALING_DEEPSPEED_FAST_PATHS"
+
+
+@dataclass(frozen=True)
+class FastPath:
+    name: str
+    module: str  # where the replaced attribute lives
+    owner: str | None  # a class in `module`, or None for a module-level function
+    attribute: str
+    source_sha: str  # sha256 of the original's source, first 16 hex digits
+    make: Callable  # make(original) -> replacement
+
+
+def undecorated(function):
+    """The function under DeepSpeed's `instrument_w_nvtx` (a closure over it named `wrapped_fn`), else itself."""
+    if function.__name__ == "wrapped_fn" and function.__closure__:
+        inner = [cell.cell_contents for cell in function.__closure__ if inspect.isfunction(cell.cell_contents)]
+        return inner[0] if len(inner) == 1 else function
+    return function
+
+
+def source_sha(function) -> str:
+    """The pin of a DeepSpeed function: a hash of its own source, under any NVTX decorator."""
+    return hashlib.sha256(inspect.getsource(undecorated(function)).encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------- the replacements
+
+
+def norms_in(tensors, dtype):
+    """Each tensor's L2 norm computed in `dtype` (DeepSpeed's `get_norm_dtype()`: fp64 where the device has it), as
+    DeepSpeed's `vector_norm(t.to(dtype))` per tensor gives it, without the fp64 copy of every gradient: one
+    multi-tensor norm that accumulates in `dtype` (bit for bit the same on the CPU: the unit test)."""
+    import torch
+
+    if all(t.dtype == tensors[0].dtype for t in tensors) and tensors[0].dtype in (torch.float32, torch.float64):
+        return torch._foreach_norm(tensors, 2.0, dtype=dtype)
+    return torch._foreach_norm([t.to(dtype) for t in tensors], 2.0)
+
+
+def _make_zero12_grad_norm(original):
+    import torch
+    from deepspeed import comm as dist
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.runtime.constants import PIPE_REPLICATED
+    from deepspeed.runtime.utils import is_model_parallel_parameter, mask_nan_or_inf_with_val_inplace
+    from deepspeed.runtime.zero.utils import get_norm_dtype
+
+    def get_grad_norm_direct(self, gradients, params, norm_type=2):
+        if float(norm_type) != 2.0:
+            return original(self, gradients, params, norm_type)
+        # DeepSpeed's selection, unchanged: padding gradients out, pipeline-replicated parameters out, a parameter
+        # that is not model-parallel counted on model-parallel rank 0 only.
+        param_gradients = (g for g in gradients if not getattr(g, "_zero_padding", False))
+        dtype = get_norm_dtype()
+        selected = [
+            g.data.detach()
+            for g, p in zip(param_gradients, params)
+            if not (hasattr(p, PIPE_REPLICATED) and p.ds_pipe_replicated)
+            and (is_model_parallel_parameter(p) or self.model_parallel_rank == 0)
+        ]
+        if not selected:
+            return original(self, gradients, params, norm_type)
+        device = torch.device(get_accelerator().current_device_name())
+        norms = [n if n.device == device else n.to(device) for n in norms_in(selected, dtype)]
+        total_norm = torch.stack(norms).pow(2.0).sum().float()
+        dist.all_reduce(total_norm, op=dist.ReduceOp.SUM, group=self.dp_process_group)
+        self._model_parallel_all_reduce(tensor=total_norm, op=dist.ReduceOp.SUM)
+        total_norm = total_norm.pow(1.0 / 2.0)
+        mask_nan_or_inf_with_val_inplace(total_norm, device=self.device)
+        return total_norm
+
+    return get_grad_norm_direct
+
+
+def _make_zero3_grad_norm(original):
+    import torch
+    from deepspeed import comm as dist
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.comm import pg_utils
+    from deepspeed.runtime.utils import is_model_parallel_parameter
+    from deepspeed.runtime.zero.utils import get_norm_dtype
+
+    def get_grad_norm_direct(self, gradients, params, norm_type=2):
+        if float(norm_type) != 2.0:
+            return original(self, gradients, params, norm_type)
+        self._assert_same_partition_group(params)
+        process_group = self._get_param_partition_group(params[0])
+        counts_every_rank = self._grad_norm_counts_every_rank(params, process_group)
+        device, dtype = get_accelerator().device_name(), get_norm_dtype()
+        here = torch.device(get_accelerator().current_device_name())  # where .to(device) puts a tensor
+        selected = [
+            g if g.device == here else g.to(device, non_blocking=True)
+            for g, p in zip(gradients, params)
+            if counts_every_rank or is_model_parallel_parameter(p) or self.model_parallel_rank == 0
+        ]
+        if not selected:
+            return original(self, gradients, params, norm_type)
+        total_norm_cuda = torch.sum(torch.pow(torch.stack(norms_in(selected, dtype)), 2.0))
+        dist.all_reduce(total_norm_cuda, op=dist.ReduceOp.SUM, group=process_group)
+        if not counts_every_rank:
+            self._model_parallel_all_reduce(tensor=total_norm_cuda, op=dist.ReduceOp.SUM)
+        autoep_ep_group = self._autoep_expert_parallel_group(params)
+        if pg_utils.is_parallel(autoep_ep_group):
+            dist.all_reduce(total_norm_cuda, op=dist.ReduceOp.SUM, group=autoep_ep_group)
+        total_norm = total_norm_cuda ** (1.0 / 2.0)
+        inf_or_nan = total_norm.isnan().logical_or(total_norm.isinf())
+        return torch.where(inf_or_nan, torch.tensor(-1.0, device=self.device, dtype=torch.float), total_norm)
+
+    return get_grad_norm_direct
+
+
+def _make_zero12_bit16_views(original):
+    def _update_model_bit16_weights(self, group_index):
+        flat = self.bit16_groups_flat[group_index]
+        base, size = flat.data_ptr(), flat.element_size()
+        slots = zip(
+            self.round_robin_bit16_groups[group_index],
+            self.round_robin_bit16_meta[group_index],
+            self.round_robin_bit16_offsets[group_index],
+        )
+        if all(p.data_ptr() == base + offset * size and p.shape == meta.shape for p, meta, offset in slots):
+            in_place = {id(p) for p in self.round_robin_bit16_groups[group_index]}
+            if all(id(p) in in_place for p in self.bit16_groups[group_index]):
+                return  # every parameter already is its slice of the flat buffer: DeepSpeed's loops change nothing
+        original(self, group_index)
+
+    return _update_model_bit16_weights
+
+
+def _make_zero12_single_rank_reduce(original):
+    from deepspeed import comm as dist
+    from deepspeed.runtime.zero import stage_1_and_2
+
+    def allreduce_and_copy(
+        self,
+        small_bucket,
+        communication_data_type,
+        rank=None,
+        log=None,
+        divide=True,
+        process_group=None,
+        output_bucket=None,
+    ):
+        group = self.dp_process_group if process_group is None else process_group
+        identity = (
+            not self.overlap_comm
+            and dist.get_world_size(group=group) == 1
+            and self.sequence_parallel_size == 1
+            and not stage_1_and_2.pg_correctness_test
+            and all(t.dtype == communication_data_type for t in small_bucket)
+        )
+        if not identity:
+            return original(
+                self, small_bucket, communication_data_type, rank, log, divide, process_group, output_bucket
+            )
+        # x / 1 all-reduced over one rank is x: what DeepSpeed would copy back into each gradient is the gradient.
+        for buf, output in zip(small_bucket, output_bucket or [None] * len(small_bucket)):
+            self._add_to_grad_partition_buffer(output, buf)
+
+    return allreduce_and_copy
+
+
+def _make_zero3_single_rank_reduce_scatter(original):
+    import torch
+    from deepspeed import comm as dist
+
+    def reduce_scatter_coalesced(tensors, group=None):
+        if dist.get_world_size(group) != 1:
+            return original(tensors, group)
+        # DeepSpeed's result on one rank: each tensor's values (divided by 1, reduced over one rank) as views of one
+        # flat buffer; the buffer is the tensor itself when there is one (DeepSpeed's own shortcut), else a copy.
+        flat = tensors[0].view(-1) if len(tensors) == 1 else torch.cat([t.view(-1) for t in tensors])
+        outputs, offset = [], 0
+        for tensor in tensors:
+            outputs.append(flat.narrow(0, offset, tensor.numel()))
+            offset += tensor.numel()
+        return outputs
+
+    return reduce_scatter_coalesced
+
+
+STAGE12 = "deepspeed.runtime.zero.stage_1_and_2"
+STAGE3 = "deepspeed.runtime.zero.stage3"
+FAST_PATHS = (
+    FastPath("zero12_grad_norm", STAGE12, "DeepSpeedZeroOptimizer", "get_grad_norm_direct",
+             "72af0993ad8cde2c", _make_zero12_grad_norm),
+    FastPath("zero3_grad_norm", STAGE3, "DeepSpeedZeroOptimizer_Stage3", "get_grad_norm_direct",
+             "5ba2252d5f16b541", _make_zero3_grad_norm),
+    FastPath("zero12_bit16_views", STAGE12, "DeepSpeedZeroOptimizer", "_update_model_bit16_weights",
+             "f6e3c0c53b4a7e06", _make_zero12_bit16_views),
+    FastPath("zero12_single_rank_reduce", STAGE12, "DeepSpeedZeroOptimizer", "allreduce_and_copy",
+             "1db38d57186c09f4", _make_zero12_single_rank_reduce),
+    FastPath("zero3_single_rank_reduce_scatter", STAGE3, None, "reduce_scatter_coalesced",
+             "d05c7b944514f710", _make_zero3_single_rank_reduce_scatter),
+)  # fmt: skip
+
+_INSTALLED: dict[str, tuple[object, object]] = {}  # name -> (owner, original)
+
+
+def owner_of(path: FastPath):
+    import importlib
+
+    module = importlib.import_module(path.module)
+    return getattr(module, path.owner) if path.owner else module
+
+
+def install_deepspeed_fast_paths() -> dict[str, str]:
+    """Install every fast path whose original's source matches its pin (idempotent): {name: "on" or why it is
+    off}, for the throughput report."""
+    if os.environ.get(ENV_SWITCH, "1") == "0":
+        return {path.name: f"off ({ENV_SWITCH}=0)" for path in FAST_PATHS}
+    status = {}
+    for path in FAST_PATHS:
+        if path.name in _INSTALLED:
+            status[path.name] = "on"
+            continue
+        owner = owner_of(path)
+        original = getattr(owner, path.attribute)
+        if source_sha(original) != path.source_sha:
+            status[path.name] = f"off (DeepSpeed's {path.attribute} is not the reviewed version)"
+            continue
+        replacement = path.make(original)
+        if undecorated(original) is not original:  # keep DeepSpeed's NVTX range around it (GPU profiles)
+            from deepspeed.utils.nvtx import instrument_w_nvtx
+
+            replacement = instrument_w_nvtx(replacement)
+        setattr(owner, path.attribute, replacement)
+        _INSTALLED[path.name] = (owner, original)
+        status[path.name] = "on"
+    return status
+
+
+def uninstall_deepspeed_fast_paths() -> None:
+    """Put DeepSpeed's own methods back (tests compare both)."""
+    for name, (owner, original) in list(_INSTALLED.items()):
+        path = next(p for p in FAST_PATHS if p.name == name)
+        setattr(owner, path.attribute, original)
+        del _INSTALLED[name]

@@ -1,0 +1,40 @@
+"""DeepSpeed's fast paths (`hf_vit_scaling.parallel.deepspeed_fast_paths`) change the time, not the numbers: ZeRO-1, 2
+and 3 runs of the same model and data, with DeepSpeed's own code and with the fast paths, log the same losses and
+gradient norms and end with the same weights, bit for bit (one process: the world-of-one reductions, the fp64 norm
+and the skipped re-pointing all run; several processes are the conformance matrix's, within its tolerances)."""
+
+import sys
+
+import pytest
+import torch
+
+from tests.helpers.launchers import WORKERS, run
+
+pytestmark = pytest.mark.distributed
+ZERO12_PATHS = ("zero12_grad_norm", "zero12_bit16_views", "zero12_single_rank_reduce")
+ZERO3_PATHS = ("zero3_grad_norm", "zero3_single_rank_reduce_scatter")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fast_paths") / "runs.pt"
+    proc = run([sys.executable, WORKERS / "fast_paths_worker.py"], OUT=str(out))
+    assert proc.returncode == 0, f"worker failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return torch.load(out)
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_fast_paths_train_deepspeed_s_numbers_bit_for_bit(runs, stage):
+    own, fast = runs[f"zero{stage}-deepspeed"], runs[f"zero{stage}-fast"]
+    assert len(own["losses"]) == 4 and len({float(loss) for loss in own["losses"]}) > 1  # it trained
+    # The clip (0.05) is below every step's norm here, so the norm scales every update: a wrong norm moves the weights.
+    assert all(float(norm) > 0.05 for norm in own["norms"])
+    for step, (a, b) in enumerate(zip(own["losses"], fast["losses"]), 1):
+        assert torch.equal(a, b), f"ZeRO-{stage} step {step}: loss {float(a)!r} with DeepSpeed, {float(b)!r} fast"
+    for step, (a, b) in enumerate(zip(own["norms"], fast["norms"]), 1):
+        assert torch.equal(a, b), f"ZeRO-{stage} step {step}: grad norm {float(a)!r} vs {float(b)!r}"
+    # every fast path of the stage ran each step (a world of one, fp32 gradients): the equality above is theirs
+    expected = {1: ZERO12_PATHS, 2: ZERO12_PATHS, 3: ZERO3_PATHS}[stage]
+    assert {name: fast["calls"].get(name, 0) >= 4 for name in expected} == dict.fromkeys(expected, True), fast["calls"]
+    different = [name for name, w in own["weights"].items() if not torch.equal(w, fast["weights"][name])]
+    assert not different, f"ZeRO-{stage}: final weights differ in {different[:5]}"

@@ -1,0 +1,110 @@
+"""Trains the same tiny ViT under ZeRO-1, 2 and 3 on one process twice each, with DeepSpeed's own code and with the
+project's fast paths (`hf_vit_scaling.parallel.deepspeed_fast_paths`), and writes every step's loss and gradient norm
+and the final weights of each run to $OUT (a torch file) for tests/launched/test_deepspeed_fast_paths.py.
+
+Started by the test as its own process (`python`, a DeepSpeed world of one over gloo): the fast paths are
+installed and removed between engines, which DeepSpeed's optimizers look up on their class at every call."""
+
+import os
+import sys
+
+import deepspeed
+import torch
+from transformers import ViTConfig, ViTForImageClassification
+
+from hf_vit_scaling.parallel.deepspeed_fast_paths import (
+    FAST_PATHS,
+    install_deepspeed_fast_paths,
+    owner_of,
+    uninstall_deepspeed_fast_paths,
+)
+from hf_vit_scaling.parallel.distributed import ensure_single_process_env
+
+STEPS = 4
+LAYER = "transformers.models.vit.modeling_vit.ViTLayer"
+
+
+def config(stage: int) -> dict:
+    """What the recipe resolves for the tiny model on one CPU process (no overlap, one bucket), with ZeRO-3's
+    persistence at the several-process value so its gathers, hooks and reduce-scatter all run."""
+    zero = {"stage": stage, "reduce_bucket_size": 307_200, "overlap_comm": False, "contiguous_gradients": False}
+    if stage == 3:
+        zero.update(
+            stage3_prefetch_bucket_size=307_200,
+            stage3_param_persistence_threshold=193,
+            leaf_module={"classes": [LAYER]},
+        )
+    return {
+        "train_micro_batch_size_per_gpu": 8,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": 0.05,
+        "zero_optimization": zero,
+        "timers": {"throughput": {"enabled": False}},
+        "steps_per_print": 10**9,
+    }
+
+
+def train(stage: int) -> dict:
+    torch.manual_seed(0)
+    model = ViTForImageClassification(
+        ViTConfig(
+            image_size=16,
+            patch_size=4,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            num_labels=10,
+        )
+    )
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}], lr=1e-2
+    )
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config(stage))
+    data = torch.Generator().manual_seed(1)
+    losses, norms = [], []
+    for _ in range(STEPS):
+        pixels = torch.randn(8, 3, 16, 16, generator=data)
+        labels = torch.randint(0, 10, (8,), generator=data)
+        loss = engine(pixel_values=pixels, labels=labels).loss
+        engine.backward(loss)
+        engine.step()
+        losses.append(loss.detach().clone())
+        norms.append(torch.as_tensor(engine.get_global_grad_norm()).clone())
+    with deepspeed.zero.GatheredParameters(list(engine.module.parameters()), enabled=stage == 3):
+        weights = {name: p.detach().clone() for name, p in engine.module.named_parameters()}
+    return {"losses": losses, "norms": norms, "weights": weights}
+
+
+def count_calls(calls: dict) -> None:
+    """Wrap each installed fast path (after the install checked its pin) to count the calls it gets."""
+    for path in FAST_PATHS:
+        owner = owner_of(path)
+        installed = getattr(owner, path.attribute)
+
+        def counted(*args, _installed=installed, _name=path.name, **kwargs):
+            calls[_name] = calls.get(_name, 0) + 1
+            return _installed(*args, **kwargs)
+
+        setattr(owner, path.attribute, counted)
+
+
+def main() -> None:
+    ensure_single_process_env()  # a world of one, as the recipe declares it without a launcher
+    deepspeed.init_distributed(dist_backend="gloo")
+    results = {}
+    for stage in (1, 2, 3):
+        uninstall_deepspeed_fast_paths()
+        results[f"zero{stage}-deepspeed"] = train(stage)
+        status = install_deepspeed_fast_paths()
+        assert set(status.values()) == {"on"}, status
+        calls = {}
+        count_calls(calls)
+        results[f"zero{stage}-fast"] = {**train(stage), "calls": calls}
+    torch.save(results, os.environ["OUT"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
