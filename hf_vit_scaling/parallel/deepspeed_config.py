@@ -191,19 +191,19 @@ def model_sized_values(
     largest one with fewer than 2 dimensions."""
     stage, written = config.zero_stage or 0, config.zero_written
     values: dict[str, tuple[Any, str]] = {}
+    overlap = on_gpu and world_size > 1  # a side stream, and another rank's reduction to run on it
     if stage >= 1:
-        bucket, flushes = gradient_bucket_elements(tensor_numels, world_size, overlap=on_gpu)
+        bucket, flushes = gradient_bucket_elements(tensor_numels, world_size, overlap=overlap)
         plural = "es" if flushes > 1 else ""
         why = (
             f"{flushes} gradient flush{plural} a step at most for {sum(tensor_numels):,} elements in "
             f"{len(tensor_numels)} tensors on {world_size} process{'es' if world_size > 1 else ''}"
-            + ("" if on_gpu or world_size <= 1 else " of a CPU (nothing to overlap)")
+            + (" of a CPU (nothing to overlap)" if world_size > 1 and not overlap else "")
         )
         keys = ["reduce_bucket_size", "stage3_prefetch_bucket_size" if stage == 3 else "allgather_bucket_size"]
         for key in keys:
             if key not in written:
                 values[f"zero_optimization.{key}"] = (bucket, why)
-    overlap = on_gpu and world_size > 1
     if stage >= 2 or (stage == 1 and not overlap):
         why = (
             "overlaps the reduction with the backward" if overlap else "nothing to overlap with (one process or a CPU)"

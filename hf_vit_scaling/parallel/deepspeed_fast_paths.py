@@ -20,9 +20,9 @@ matrix on two processes) and calls the original where its condition does not hol
 - `zero3_single_rank_reduce_scatter`: the same for ZeRO-3's coalesced reduce-scatter: one flat copy of the
   gradients (DeepSpeed's output buffer), without the divide by one and the collective.
 
-Each is installed only over the DeepSpeed source it was written and tested against (`SOURCE_SHA` pins a hash of the
-original's source): after a DeepSpeed upgrade that changes a method, its fast path stays off and the run reports so,
-and `tests/unit/parallel/test_deepspeed_fast_paths.py` fails until the replacement is reviewed. Set
+Each is installed only over the DeepSpeed source it was written and tested against (`FastPath.source_sha` pins a hash
+of the original's source): after a DeepSpeed upgrade that changes a method, its fast path stays off and the run
+reports so, and `tests/unit/parallel/test_deepspeed_fast_paths.py` fails until the replacement is reviewed. Set
 `HF_VIT_SCALING_DEEPSPEED_FAST_PATHS=0` to run DeepSpeed's own code unchanged.
 """
 
