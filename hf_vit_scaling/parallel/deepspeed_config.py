@@ -175,7 +175,8 @@ def model_sized_values(
       LayerNorms: 3,072 elements in ViT-B), so every matrix is partitioned (that is ZeRO-3's memory) and nothing else
       pays a gather (transformers' 10 x hidden is meant for LMs); on one process one above the largest tensor: a
       partition over one rank is the whole tensor, so a gather only adds a copy, hooks and a transient buffer
-      (measured: benchmarks/README.md, "Engine overhead");
+      (measured: benchmarks/README.md, "Engine overhead"), unless the weights are offloaded (`offload_param`):
+      DeepSpeed keeps a persistent tensor on the device, so "whole" would undo the offload;
     - ZeRO-3 `leaf_module`: the encoder layer (`layer_class`), gathered whole on entry: one hook and one gather per
       layer instead of one per submodule (18 a ViT layer; DeepSpeed's `set_z3_leaf_modules`);
     - ZeRO-2/3 `overlap_comm` and `contiguous_gradients` (left out of the shipped configs: accelerate refuses
@@ -214,7 +215,7 @@ def model_sized_values(
     if stage == 3 and "stage3_param_persistence_threshold" not in written:
         values["zero_optimization.stage3_param_persistence_threshold"] = (
             (max(tensor_numels) + 1, "one process: nothing to shard over, every tensor kept whole (no gathers)")
-            if world_size <= 1
+            if world_size <= 1 and "param" not in config.offload
             else (small_tensor_max + 1, "every weight matrix partitioned, biases and norms kept whole")
         )
     if stage == 3 and layer_class and "leaf_module" not in written:

@@ -107,6 +107,11 @@ def test_zero3_values_come_from_the_model_and_a_number_the_user_wrote_wins():
     # One process: a partition over one rank is the whole tensor, so every tensor stays whole (the largest: an MLP
     # matrix, 768 x 3072 = 2,359,296 elements) and no gather runs.
     assert mine["zero_optimization"]["stage3_param_persistence_threshold"] == 2_359_296 + 1
+    # Unless the weights are offloaded: DeepSpeed keeps a persistent tensor on the device (partition_parameters.py,
+    # `if param.ds_persist: device = self.local_device`), so "whole" would bring every offloaded weight back.
+    offloaded = {"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}
+    Engine("deepspeed", offloaded).resolve_for_model(model, world_size=1)
+    assert offloaded["zero_optimization"]["stage3_param_persistence_threshold"] == 3072 + 1
     plain = Engine("trainer")
     plain.resolve_for_model(model, world_size=1)
     assert plain.resolved == {}
