@@ -157,6 +157,13 @@ def bucket_flushes(numels_in_backward_order: list[int], bucket: int) -> int:
     return flushes + (filled > 0)
 
 
+def zero3_keeps_every_tensor_whole(world_size: int, offload: dict[str, str]) -> bool:
+    """Whether the resolved ZeRO-3 persistence keeps every tensor whole: on one process (a partition over one rank is
+    the whole tensor) unless the weights are offloaded (DeepSpeed keeps a persistent tensor on the device,
+    partition_parameters.py: `if param.ds_persist: device = self.local_device`). The planner counts no gathers then."""
+    return world_size <= 1 and "param" not in offload
+
+
 def model_sized_values(
     config: ConfigReading,
     tensor_numels: list[int],
@@ -215,7 +222,7 @@ def model_sized_values(
     if stage == 3 and "stage3_param_persistence_threshold" not in written:
         values["zero_optimization.stage3_param_persistence_threshold"] = (
             (max(tensor_numels) + 1, "one process: nothing to shard over, every tensor kept whole (no gathers)")
-            if world_size <= 1 and "param" not in config.offload
+            if zero3_keeps_every_tensor_whole(world_size, config.offload)
             else (small_tensor_max + 1, "every weight matrix partitioned, biases and norms kept whole")
         )
     if stage == 3 and layer_class and "leaf_module" not in written:

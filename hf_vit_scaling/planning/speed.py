@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass, field
 
 from hf_vit_scaling.models.flops import train_flops_per_image
-from hf_vit_scaling.parallel.deepspeed_config import bucket_flushes
+from hf_vit_scaling.parallel.deepspeed_config import bucket_flushes, read_config, zero3_keeps_every_tensor_whole
 from hf_vit_scaling.planning.memory import PlanSettings, zero3_gathered_parameters, zero_buckets
 from hf_vit_scaling.planning.shapes import HSDP, MaeShape, VitShape, bytes_per_element
 
@@ -247,19 +247,32 @@ ZERO3_MODULES_PER_LAYER = {
 }  # a leaf ViTLayer is gathered whole; else q, k, v, o, 2 MLP, 2 LN
 
 
+def zero3_gathers(engine: str, settings: PlanSettings) -> int:
+    """Module gathers a ZeRO-3 step runs (forward and backward): none where the recipe resolves persistence to keep
+    every tensor whole (one process, weights not offloaded, the threshold left to "auto":
+    `deepspeed_config.zero3_keeps_every_tensor_whole`); else one per leaf module twice, the encoder layer a leaf
+    (the recipe's `leaf_module`) unless the ds_config names its own (then its 8 modules with parameters), plus the
+    embeddings, the final norm and the head."""
+    config = settings.ds_configs.get(engine, {})
+    zero = config.get("zero_optimization", {})
+    if zero.get("stage3_param_persistence_threshold", "auto") == "auto" and zero3_keeps_every_tensor_whole(
+        settings.world_size, read_config(config).offload
+    ):
+        return 0
+    per_layer = ZERO3_MODULES_PER_LAYER["submodules" if "leaf_module" in zero else "leaf"]
+    return 2 * (settings.shape.num_hidden_layers * per_layer + 3)
+
+
 def engine_overhead_s(engine: str, settings: PlanSettings) -> float:
     """Host-side seconds a step of `engine` spends on bucket flushes and ZeRO-3 gathers (see the module docstring):
-    0 for DDP and FSDP2 (their reductions are C++ hooks), flushes x FLUSH_S for ZeRO-1/2, + gathers x GATHER_S for
-    ZeRO-3. The recipe makes the encoder layer a leaf module unless the ds_config names its own."""
+    0 for DDP and FSDP2 (their reductions are C++ hooks), flushes x FLUSH_S for ZeRO-1/2, + `zero3_gathers` x
+    GATHER_S for ZeRO-3."""
     if not engine.startswith("zero"):
         return 0.0
     numels = [n for sizes in settings.shape.parameter_sizes().values() for n in sizes][::-1]
     seconds = bucket_flushes(numels, zero_buckets(engine, settings)[0]) * FLUSH_S
     if engine.startswith("zero3"):
-        zero = settings.ds_configs.get(engine, {}).get("zero_optimization", {})
-        per_layer = ZERO3_MODULES_PER_LAYER["submodules" if "leaf_module" in zero else "leaf"]
-        gathers = 2 * (settings.shape.num_hidden_layers * per_layer + 3)
-        seconds += gathers * GATHER_S
+        seconds += zero3_gathers(engine, settings) * GATHER_S
     return seconds
 
 

@@ -104,3 +104,23 @@ def test_plan_flags_give_the_datasheet_hbm_bandwidth(flags, gbps):
     _, s = parse_plan_flags(flags, "ds_configs")
     assert s.hbm_gbps == gbps
     assert (engine_speed("ddp", s).seconds["non_gemm"] > 0) == (gbps is not None)
+
+
+def test_zero3_on_one_gpu_gathers_nothing_as_the_recipe_resolves_it():
+    """One process, weights on the GPU: the recipe keeps every tensor whole (persistence above the largest tensor), so
+    the planner counts no gathers and ZeRO-3's step is ZeRO-2's; with several processes, offloaded weights or a
+    threshold written in the file, the encoder layers and the 3 other modules are gathered twice a step."""
+    from hf_vit_scaling.planning.shapes import read_ds_configs
+    from hf_vit_scaling.planning.speed import zero3_gathers
+
+    configs = read_ds_configs("ds_configs")
+    one = settings(gpus_per_node=1, ds_configs=configs)
+    assert zero3_gathers("zero3", one) == 0
+    overhead = {engine: engine_speed(engine, one).seconds["engine_overhead"] for engine in ("zero2", "zero3")}
+    assert overhead["zero3"] == overhead["zero2"] > 0
+    assert zero3_gathers("zero3_offload", one) == 2 * (12 + 3)  # offload_param: the weights stay partitioned
+    assert zero3_gathers("zero3", settings(gpus_per_node=2, ds_configs=configs)) == 2 * (12 + 3)
+    written = {"zero3": {"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 1000}}}
+    assert zero3_gathers("zero3", settings(gpus_per_node=1, ds_configs=written)) == 2 * (12 + 3)
+    written["zero3"]["zero_optimization"]["leaf_module"] = {"classes": ["MyBlock"]}  # the user's own leaf: 8 a layer
+    assert zero3_gathers("zero3", settings(gpus_per_node=1, ds_configs=written)) == 2 * (12 * 8 + 3)
