@@ -19,6 +19,10 @@ matrix on two processes) and calls the original where its condition does not hol
   bucket is left as it is instead of flattened, reduced and copied back;
 - `zero3_single_rank_reduce_scatter`: the same for ZeRO-3's coalesced reduce-scatter: one flat copy of the
   gradients (DeepSpeed's output buffer), without the divide by one and the collective.
+- `zero3_single_rank_module_hooks`: ZeRO-3 on a world of one with every parameter persistent (what the recipe
+  resolves on one process: nothing to shard over) and nothing offloaded: DeepSpeed's four hooks on every module, which
+  would gather and release nothing, are removed once the engine has made them (as its own
+  `unwrap_model_for_generation` does), and one hook on the root gathers whatever a step left released.
 
 Each is installed only over the DeepSpeed source it was written and tested against (`FastPath.source_sha` pins a hash
 of the original's source): after a DeepSpeed upgrade that changes a method, its fast path stays off and the run
@@ -216,6 +220,42 @@ def _make_zero3_single_rank_reduce_scatter(original):
     return reduce_scatter_coalesced
 
 
+def _make_zero3_single_rank_module_hooks(original):
+    from deepspeed import comm as dist
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+    def setup_zero_stage3_hooks(self):
+        original(self)
+        params = list(self.module.parameters())
+        whole = (
+            dist.get_world_size() == 1
+            and self.offload_device is None
+            and not self.zenflow
+            and params
+            and all(getattr(p, "ds_persist", False) for p in params)
+        )
+        if not whole:
+            return
+        # Every parameter persistent on a world of one: the per-module hooks would fetch and release nothing, so they
+        # go, as DeepSpeed's own `unwrap_model_for_generation` removes them while every weight is gathered. One hook
+        # on the root gathers what is released before the forward reads it: the parameters start released, and a
+        # step releases all of them and gathers them back in `_post_step`, which a skipped step (a NaN norm) never
+        # reaches. (DeepSpeed's parameter getter would gather them too, one at a time, each registered as an
+        # external parameter of the root.)
+        for hook in self.forward_hooks + self.backward_hooks:
+            hook.remove()
+
+        def gather_released(module, *args):
+            released = [p for p in params if p.ds_status == ZeroParamStatus.NOT_AVAILABLE]
+            if released:
+                released[0].all_gather(released)
+
+        self.forward_hooks = [self.module.register_forward_pre_hook(gather_released)]
+        self.backward_hooks = []
+
+    return setup_zero_stage3_hooks
+
+
 STAGE12 = "deepspeed.runtime.zero.stage_1_and_2"
 STAGE3 = "deepspeed.runtime.zero.stage3"
 FAST_PATHS = (
@@ -229,6 +269,8 @@ FAST_PATHS = (
              "1db38d57186c09f4", _make_zero12_single_rank_reduce),
     FastPath("zero3_single_rank_reduce_scatter", STAGE3, None, "reduce_scatter_coalesced",
              "d05c7b944514f710", _make_zero3_single_rank_reduce_scatter),
+    FastPath("zero3_single_rank_module_hooks", "deepspeed.runtime.zero.parameter_offload", "DeepSpeedZeRoOffload",
+             "setup_zero_stage3_hooks", "1ec65cef74df86a1", _make_zero3_single_rank_module_hooks),
 )  # fmt: skip
 
 _INSTALLED: dict[str, tuple[object, object]] = {}  # name -> (owner, original)

@@ -24,14 +24,15 @@ STEPS = 4
 LAYER = "transformers.models.vit.modeling_vit.ViTLayer"
 
 
-def config(stage: int) -> dict:
+def config(stage: int, whole: bool = False) -> dict:
     """What the recipe resolves for the tiny model on one CPU process (no overlap, one bucket), with ZeRO-3's
-    persistence at the several-process value so its gathers, hooks and reduce-scatter all run."""
+    persistence at the several-process value so its gathers, hooks and reduce-scatter all run, or (`whole`) at the
+    one-process value, every tensor kept whole (the largest has 64 x 32 = 2,048 elements)."""
     zero = {"stage": stage, "reduce_bucket_size": 307_200, "overlap_comm": False, "contiguous_gradients": False}
     if stage == 3:
         zero.update(
             stage3_prefetch_bucket_size=307_200,
-            stage3_param_persistence_threshold=193,
+            stage3_param_persistence_threshold=2_049 if whole else 193,
             leaf_module={"classes": [LAYER]},
         )
     return {
@@ -44,7 +45,9 @@ def config(stage: int) -> dict:
     }
 
 
-def train(stage: int) -> dict:
+def train(stage: int, whole: bool = False) -> dict:
+    """`whole`: ZeRO-3 with every tensor kept whole, and a second step whose gradients are NaN, which DeepSpeed
+    skips: the step releases every parameter and, skipped, does not gather them back before the third forward."""
     torch.manual_seed(0)
     model = ViTForImageClassification(
         ViTConfig(
@@ -62,20 +65,21 @@ def train(stage: int) -> dict:
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}], lr=1e-2
     )
-    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config(stage))
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config(stage, whole))
+    hooks = engine.optimizer.parameter_offload.forward_hooks if stage == 3 else []
     data = torch.Generator().manual_seed(1)
     losses, norms = [], []
-    for _ in range(STEPS):
+    for step in range(STEPS):
         pixels = torch.randn(8, 3, 16, 16, generator=data)
         labels = torch.randint(0, 10, (8,), generator=data)
         loss = engine(pixel_values=pixels, labels=labels).loss
-        engine.backward(loss)
+        engine.backward(loss * float("nan") if whole and step == 1 else loss)
         engine.step()
         losses.append(loss.detach().clone())
         norms.append(torch.as_tensor(engine.get_global_grad_norm()).clone())
     with deepspeed.zero.GatheredParameters(list(engine.module.parameters()), enabled=stage == 3):
         weights = {name: p.detach().clone() for name, p in engine.module.named_parameters()}
-    return {"losses": losses, "norms": norms, "weights": weights}
+    return {"losses": losses, "norms": norms, "weights": weights, "module_hooks": len(hooks)}
 
 
 def count_calls(calls: dict) -> None:
@@ -95,14 +99,15 @@ def main() -> None:
     ensure_single_process_env()  # a world of one, as the recipe declares it without a launcher
     deepspeed.init_distributed(dist_backend="gloo")
     results = {}
-    for stage in (1, 2, 3):
+    runs = ((1, False, "zero1"), (2, False, "zero2"), (3, False, "zero3"), (3, True, "zero3-whole"))
+    for stage, whole, name in runs:
         uninstall_deepspeed_fast_paths()
-        results[f"zero{stage}-deepspeed"] = train(stage)
+        results[f"{name}-deepspeed"] = train(stage, whole)
         status = install_deepspeed_fast_paths()
         assert set(status.values()) == {"on"}, status
         calls = {}
         count_calls(calls)
-        results[f"zero{stage}-fast"] = {**train(stage), "calls": calls}
+        results[f"{name}-fast"] = {**train(stage, whole), "calls": calls}
     torch.save(results, os.environ["OUT"])
 
 
