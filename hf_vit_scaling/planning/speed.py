@@ -254,10 +254,9 @@ def zero3_gathers(engine: str, settings: PlanSettings) -> int:
     (the recipe's `leaf_module`) unless the ds_config names its own (then its 8 modules with parameters), plus the
     embeddings, the final norm and the head."""
     config = settings.ds_configs.get(engine, {})
-    zero = config.get("zero_optimization", {})
-    if zero.get("stage3_param_persistence_threshold", "auto") == "auto" and zero3_keeps_every_tensor_whole(
-        settings.world_size, read_config(config).offload
-    ):
+    zero, reading = config.get("zero_optimization", {}), read_config(config)
+    left_to_resolve = "stage3_param_persistence_threshold" not in reading.zero_written  # as model_sized_values does
+    if left_to_resolve and zero3_keeps_every_tensor_whole(settings.world_size, reading.offload):
         return 0
     per_layer = ZERO3_MODULES_PER_LAYER["submodules" if "leaf_module" in zero else "leaf"]
     return 2 * (settings.shape.num_hidden_layers * per_layer + 3)
