@@ -157,11 +157,34 @@ def bucket_flushes(numels_in_backward_order: list[int], bucket: int) -> int:
     return flushes + (filled > 0)
 
 
+# DeepSpeed's own default `stage3_param_persistence_threshold` (`DeepSpeedZeroConfig.param_persistence_threshold`,
+# deepspeed/runtime/zero/config.py): a tensor of at most this many elements is never partitioned, its gather being a
+# latency-bound message. transformers' "auto" writes 10 x hidden instead (960 for the tiny preset), a rule for LMs.
+DEEPSPEED_PERSISTENCE_THRESHOLD = 100_000
+
+
 def zero3_keeps_every_tensor_whole(world_size: int, offload: dict[str, str]) -> bool:
-    """Whether the resolved ZeRO-3 persistence keeps every tensor whole: on one process (a partition over one rank is
-    the whole tensor) unless the weights are offloaded (DeepSpeed keeps a persistent tensor on the device,
-    partition_parameters.py: `if param.ds_persist: device = self.local_device`). The planner counts no gathers then."""
+    """Whether the resolved ZeRO-3 persistence keeps every tensor whole whatever their sizes: on one process (a
+    partition over one rank is the whole tensor) unless the weights are offloaded (DeepSpeed keeps a persistent tensor
+    on the device, partition_parameters.py: `if param.ds_persist: device = self.local_device`)."""
     return world_size <= 1 and "param" not in offload
+
+
+def zero3_persistence_threshold(
+    tensor_numels: list[int], small_tensor_max: int, world_size: int, offload: dict[str, str]
+) -> tuple[int, str]:
+    """The resolved `stage3_param_persistence_threshold` and its reason (DeepSpeed keeps a tensor whole when its
+    element count is at most the threshold, `mark_persistent_parameters`): one above the largest tensor where
+    `zero3_keeps_every_tensor_whole`; else DeepSpeed's own default, raised to one above the largest tensor that is not
+    a weight matrix (biases, LayerNorms) so that no such tensor pays a gather. ViT-B/16 on 2+ GPUs: 100,000 (its
+    1-D tensors have at most 3,072 elements), every 768 x 768 and larger matrix partitioned; the tiny preset's largest
+    tensor has 18,432 elements, so all of it stays whole. The planner reads the same threshold."""
+    if zero3_keeps_every_tensor_whole(world_size, offload):
+        return max(tensor_numels) + 1, "one process: nothing to shard over, every tensor kept whole (no gathers)"
+    threshold = max(DEEPSPEED_PERSISTENCE_THRESHOLD, small_tensor_max + 1)
+    if max(tensor_numels) <= threshold:
+        return threshold, f"DeepSpeed's default {threshold:,}: every tensor is smaller, all kept whole (no gathers)"
+    return threshold, f"DeepSpeed's default {threshold:,}: larger weight matrices partitioned, the rest kept whole"
 
 
 def model_sized_values(
@@ -178,12 +201,13 @@ def model_sized_values(
 
     - gradient buckets (`reduce_bucket_size`; ZeRO-1/2 `allgather_bucket_size`; ZeRO-3 `stage3_prefetch_bucket_size`):
       `gradient_bucket_elements`;
-    - ZeRO-3 `stage3_param_persistence_threshold`: one above the largest tensor that is not a weight matrix (biases,
-      LayerNorms: 3,072 elements in ViT-B), so every matrix is partitioned (that is ZeRO-3's memory) and nothing else
-      pays a gather (transformers' 10 x hidden is meant for LMs); on one process one above the largest tensor: a
-      partition over one rank is the whole tensor, so a gather only adds a copy, hooks and a transient buffer
-      (measured: benchmarks/README.md, "Engine overhead"), unless the weights are offloaded (`offload_param`):
-      DeepSpeed keeps a persistent tensor on the device, so "whole" would undo the offload;
+    - ZeRO-3 `stage3_param_persistence_threshold`: `zero3_persistence_threshold`, DeepSpeed's own default (1e5
+      elements) raised above the largest tensor that is not a weight matrix, so ViT-B's matrices are partitioned
+      (that is ZeRO-3's memory) and nothing small pays a latency-bound gather (transformers' 10 x hidden is meant for
+      LMs); on one process one above the largest tensor: a partition over one rank is the whole tensor, so a gather
+      only adds a copy, hooks and a transient buffer (measured: benchmarks/README.md, "Engine overhead"), unless the
+      weights are offloaded (`offload_param`): DeepSpeed keeps a persistent tensor on the device, so "whole" would
+      undo the offload;
     - ZeRO-3 `leaf_module`: the encoder layer (`layer_class`), gathered whole on entry: one hook and one gather per
       layer instead of one per submodule (18 a ViT layer; DeepSpeed's `set_z3_leaf_modules`);
     - ZeRO-2/3 `overlap_comm` and `contiguous_gradients` (left out of the shipped configs: accelerate refuses
@@ -220,11 +244,8 @@ def model_sized_values(
             if key not in written:
                 values[f"zero_optimization.{key}"] = (overlap, why)
     if stage == 3 and "stage3_param_persistence_threshold" not in written:
-        values["zero_optimization.stage3_param_persistence_threshold"] = (
-            (max(tensor_numels) + 1, "one process: nothing to shard over, every tensor kept whole (no gathers)")
-            if zero3_keeps_every_tensor_whole(world_size, config.offload)
-            else (small_tensor_max + 1, "every weight matrix partitioned, biases and norms kept whole")
-        )
+        threshold, why = zero3_persistence_threshold(tensor_numels, small_tensor_max, world_size, config.offload)
+        values["zero_optimization.stage3_param_persistence_threshold"] = (threshold, why)
     if stage == 3 and layer_class and "leaf_module" not in written:
         values["zero_optimization.leaf_module"] = ({"classes": [layer_class]}, "each encoder layer gathered whole")
     if not config.timers_written:

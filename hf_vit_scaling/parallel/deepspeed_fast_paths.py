@@ -5,8 +5,8 @@ one by one in Python every step: the gradient norm (an fp64 copy, a `vector_norm
 re-pointing of every parameter at the slice of the flat buffer it already points at, and, on a world of one, a
 flatten, an all-reduce and a copy back of every gradient (ZeRO-3: a reduce-scatter). What each cost and what is left:
 benchmarks/README.md, "Engine overhead". Each replacement below computes the same values as the DeepSpeed method it
-stands for (tests/launched/test_deepspeed_fast_paths.py compares whole runs bit for bit on the CPU, the conformance
-matrix on two processes) and calls the original where its condition does not hold:
+stands for (tests/launched/test_deepspeed_fast_paths.py compares whole runs bit for bit on the CPU on one process and
+on two) and calls the original where its condition does not hold:
 
 - `zero12_grad_norm`, `zero3_grad_norm`: the L2 norm of the gradients with torch's multi-tensor norm
   (`torch._foreach_norm`, what `torch.nn.utils.clip_grad_norm_` and so the plain Trainer use) instead of one
@@ -18,11 +18,18 @@ matrix on two processes) and calls the original where its condition does not hol
   already in the communication dtype, the all-reduce of a gradient bucket is x / 1 summed over one rank: x. The
   bucket is left as it is instead of flattened, reduced and copied back;
 - `zero3_single_rank_reduce_scatter`: the same for ZeRO-3's coalesced reduce-scatter: one flat copy of the
-  gradients (DeepSpeed's output buffer), without the divide by one and the collective.
-- `zero3_single_rank_module_hooks`: ZeRO-3 on a world of one with every parameter persistent (what the recipe
-  resolves on one process: nothing to shard over) and nothing offloaded: DeepSpeed's four hooks on every module, which
-  would gather and release nothing, are removed once the engine has made them (as its own
-  `unwrap_model_for_generation` does), and one hook on the root gathers whatever a step left released.
+  gradients (DeepSpeed's output buffer), without the divide by one and the collective;
+- `zero3_whole_module_hooks`: ZeRO-3 with every parameter persistent (what the recipe resolves on one process,
+  nothing to shard over, and on several for a model whose tensors are all under DeepSpeed's persistence threshold)
+  and nothing offloaded: DeepSpeed's four hooks on every module, which would gather and release nothing, are removed
+  once the engine has made them (as its own `unwrap_model_for_generation` does), and one hook on the root gathers
+  whatever a step left released;
+- `zero12_grouped_norm`: on several processes, ZeRO-1/2's gradient norm all-reduces each parameter group's sum of
+  squares on its own (2 groups under the Trainer: decay and no decay); one all-reduce of the stacked sums instead;
+- `zero12_one_param_gather`: on several CPU processes (gloo: every collective a round trip), the updated weights of
+  all groups in one all-gather instead of one per group;
+- `zero3_one_param_gather`: ZeRO-3's blocking gather of a list of parameters (the persistent ones after every step,
+  a `GatheredParameters` block) in DeepSpeed's own coalesced gather, one collective, instead of one per parameter.
 
 Each is installed only over the DeepSpeed source it was written and tested against (`FastPath.source_sha` pins a hash
 of the original's source): after a DeepSpeed upgrade that changes a method, its fast path stays off and the run
@@ -78,32 +85,41 @@ def norms_in(tensors, dtype):
     return torch._foreach_norm([t.to(dtype) for t in tensors], 2.0)
 
 
-def _make_zero12_grad_norm(original):
+def _zero12_local_square_sum(optimizer, gradients, params):
+    """This rank's part of a ZeRO-1/2 group's squared L2 gradient norm, as DeepSpeed's `get_grad_norm_direct` sums
+    it before its all-reduce (a float32 scalar), or None where its selection keeps no gradient."""
     import torch
-    from deepspeed import comm as dist
     from deepspeed.accelerator import get_accelerator
     from deepspeed.runtime.constants import PIPE_REPLICATED
-    from deepspeed.runtime.utils import is_model_parallel_parameter, mask_nan_or_inf_with_val_inplace
+    from deepspeed.runtime.utils import is_model_parallel_parameter
     from deepspeed.runtime.zero.utils import get_norm_dtype
+
+    # DeepSpeed's selection, unchanged: padding gradients out, pipeline-replicated parameters out, a parameter that is
+    # not model-parallel counted on model-parallel rank 0 only.
+    param_gradients = (g for g in gradients if not getattr(g, "_zero_padding", False))
+    selected = [
+        g.data.detach()
+        for g, p in zip(param_gradients, params)
+        if not (hasattr(p, PIPE_REPLICATED) and p.ds_pipe_replicated)
+        and (is_model_parallel_parameter(p) or optimizer.model_parallel_rank == 0)
+    ]
+    if not selected:
+        return None
+    device = torch.device(get_accelerator().current_device_name())
+    norms = [n if n.device == device else n.to(device) for n in norms_in(selected, get_norm_dtype())]
+    return torch.stack(norms).pow(2.0).sum().float()
+
+
+def _make_zero12_grad_norm(original):
+    from deepspeed import comm as dist
+    from deepspeed.runtime.utils import mask_nan_or_inf_with_val_inplace
 
     def get_grad_norm_direct(self, gradients, params, norm_type=2):
         if float(norm_type) != 2.0:
             return original(self, gradients, params, norm_type)
-        # DeepSpeed's selection, unchanged: padding gradients out, pipeline-replicated parameters out, a parameter
-        # that is not model-parallel counted on model-parallel rank 0 only.
-        param_gradients = (g for g in gradients if not getattr(g, "_zero_padding", False))
-        dtype = get_norm_dtype()
-        selected = [
-            g.data.detach()
-            for g, p in zip(param_gradients, params)
-            if not (hasattr(p, PIPE_REPLICATED) and p.ds_pipe_replicated)
-            and (is_model_parallel_parameter(p) or self.model_parallel_rank == 0)
-        ]
-        if not selected:
+        total_norm = _zero12_local_square_sum(self, gradients, params)
+        if total_norm is None:
             return original(self, gradients, params, norm_type)
-        device = torch.device(get_accelerator().current_device_name())
-        norms = [n if n.device == device else n.to(device) for n in norms_in(selected, dtype)]
-        total_norm = torch.stack(norms).pow(2.0).sum().float()
         dist.all_reduce(total_norm, op=dist.ReduceOp.SUM, group=self.dp_process_group)
         self._model_parallel_all_reduce(tensor=total_norm, op=dist.ReduceOp.SUM)
         total_norm = total_norm.pow(1.0 / 2.0)
@@ -111,6 +127,39 @@ def _make_zero12_grad_norm(original):
         return total_norm
 
     return get_grad_norm_direct
+
+
+def _make_zero12_grouped_norm(original):
+    import torch
+    from deepspeed import comm as dist
+    from deepspeed.runtime.utils import combine_grad_norm_groups, mask_nan_or_inf_with_val_inplace
+
+    def scaled_global_norm(self, norm_type=2):
+        groups = range(len(self.bit16_groups))
+        plain = (
+            norm_type == 2
+            and len(groups) > 1
+            and dist.get_world_size(group=self.dp_process_group) > 1
+            and not self.cpu_offload
+            and not self.has_moe_layers
+            and not any(self._muon_update_lacks_loss_scale(i) for i in groups)
+        )
+        sums = [None]
+        if plain:
+            grads, params = self.averaged_gradients, self.params_in_partition
+            sums = [_zero12_local_square_sum(self, grads[i], params[i]) for i in groups]
+        if any(s is None for s in sums):
+            return original(self, norm_type)
+        # Each group's sum is all-reduced on its own by DeepSpeed (`get_grad_norm_direct`): the same sums, elementwise,
+        # in one all-reduce of the stacked group sums; then each group's square root and -1 for inf/NaN, as there.
+        totals = torch.stack(sums)
+        dist.all_reduce(totals, op=dist.ReduceOp.SUM, group=self.dp_process_group)
+        self._model_parallel_all_reduce(tensor=totals, op=dist.ReduceOp.SUM)
+        totals = totals.pow(1.0 / 2.0)
+        mask_nan_or_inf_with_val_inplace(totals, device=self.device)
+        return combine_grad_norm_groups(list(totals.unbind()), norm_type=norm_type)
+
+    return scaled_global_norm
 
 
 def _make_zero3_grad_norm(original):
@@ -220,25 +269,24 @@ def _make_zero3_single_rank_reduce_scatter(original):
     return reduce_scatter_coalesced
 
 
-def _make_zero3_single_rank_module_hooks(original):
-    from deepspeed import comm as dist
+def _make_zero3_whole_module_hooks(original):
     from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
 
     def setup_zero_stage3_hooks(self):
         original(self)
         params = list(self.module.parameters())
         whole = (
-            dist.get_world_size() == 1
-            and self.offload_device is None
+            self.offload_device is None
             and not self.zenflow
             and params
             and all(getattr(p, "ds_persist", False) for p in params)
         )
         if not whole:
             return
-        # Every parameter persistent on a world of one: the per-module hooks would fetch and release nothing, so they
-        # go, as DeepSpeed's own `unwrap_model_for_generation` removes them while every weight is gathered. One hook
-        # on the root gathers what is released before the forward reads it: the parameters start released, and a
+        # Every parameter persistent (the recipe's resolution on one process, and on several for a model whose tensors
+        # are all under DeepSpeed's persistence threshold): the per-module hooks would fetch and release nothing, so
+        # they go, as DeepSpeed's own `unwrap_model_for_generation` removes them while every weight is gathered. One
+        # hook on the root gathers what is released before the forward reads it: the parameters start released, and a
         # step releases all of them and gathers them back in `_post_step`, which a skipped step (a NaN norm) never
         # reaches. (DeepSpeed's parameter getter would gather them too, one at a time, each registered as an
         # external parameter of the root.)
@@ -256,6 +304,73 @@ def _make_zero3_single_rank_module_hooks(original):
     return setup_zero_stage3_hooks
 
 
+def _make_zero12_one_param_gather(original):
+    import torch
+    from deepspeed import comm as dist
+
+    def all_gather_dp_groups(
+        groups_flat, partitioned_param_groups, dp_process_group, start_alignment_factor, allgather_bucket_size
+    ):
+        shared = [i for i, group in enumerate(dp_process_group) if dist.get_world_size(group=group) > 1]
+        flats = [groups_flat[i] for i in shared]
+        one = (
+            len(shared) > 1
+            and dist.has_all_gather_into_tensor()
+            and all(dp_process_group[i] is dp_process_group[shared[0]] for i in shared)
+            and all(f.device.type == "cpu" and f.dtype == flats[0].dtype for f in flats)
+        )
+        if not one:
+            return original(
+                groups_flat, partitioned_param_groups, dp_process_group, start_alignment_factor, allgather_bucket_size
+            )
+        # DeepSpeed gathers each group's flat buffer in its own collective (`all_gather_into_tensor_dp_groups`): on
+        # gloo every collective is a round trip between the processes. One gather of this rank's partitions of all
+        # groups, laid out rank by rank, then copied into each group's flat buffer (world x partition, rank-major,
+        # as the per-group gather writes it): the same bytes, one round trip.
+        group = dp_process_group[shared[0]]
+        world, rank = dist.get_world_size(group=group), dist.get_rank(group=group)
+        mine = [partitioned_param_groups[i][rank] for i in shared]
+        gathered = torch.empty(world * sum(p.numel() for p in mine), dtype=flats[0].dtype)
+        dist.all_gather_into_tensor(gathered, torch.cat(mine), group)
+        by_rank, offset = gathered.view(world, -1), 0
+        for flat, part in zip(flats, mine):
+            flat.view(world, part.numel()).copy_(by_rank[:, offset : offset + part.numel()])
+            offset += part.numel()
+
+    return all_gather_dp_groups
+
+
+def _make_zero3_one_param_gather(original):
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus, get_allgather_dtype
+
+    def _allgather_params_coalesced(self, param_list, hierarchy=0, quantize=False):
+        one = (
+            not quantize
+            and len(param_list) > 1
+            and not self.use_all_reduce_for_fetch_params  # an all-reduce would turn -0.0 into 0.0
+            and self.zero_param_process_group is None
+            and all(
+                p.ds_status == ZeroParamStatus.NOT_AVAILABLE
+                and p.ds_secondary_tensor is None
+                and get_allgather_dtype(p, p.ds_tensor) == p.ds_tensor.dtype
+                and self._partition_world_size(p) > 1
+                for p in param_list
+            )
+        )
+        if not one:
+            return original(self, param_list, hierarchy, quantize)
+        # DeepSpeed's blocking gather (`param.all_gather(list)`: the persistent parameters after every step, a
+        # `GatheredParameters` block) launches one collective per parameter; gloo runs them one after another, a round
+        # trip each. DeepSpeed's own coalesced gather, the one its forward prefetch uses, moves the same partitions in
+        # one collective and gives each parameter its full tensor.
+        param_list[0].all_gather_coalesced(param_list).wait()
+        if not get_accelerator().resolves_data_dependency():  # as DeepSpeed's ends: the data ready for the caller
+            get_accelerator().synchronize()
+
+    return _allgather_params_coalesced
+
+
 STAGE12 = "deepspeed.runtime.zero.stage_1_and_2"
 STAGE3 = "deepspeed.runtime.zero.stage3"
 FAST_PATHS = (
@@ -269,8 +384,14 @@ FAST_PATHS = (
              "1db38d57186c09f4", _make_zero12_single_rank_reduce),
     FastPath("zero3_single_rank_reduce_scatter", STAGE3, None, "reduce_scatter_coalesced",
              "d05c7b944514f710", _make_zero3_single_rank_reduce_scatter),
-    FastPath("zero3_single_rank_module_hooks", "deepspeed.runtime.zero.parameter_offload", "DeepSpeedZeRoOffload",
-             "setup_zero_stage3_hooks", "1ec65cef74df86a1", _make_zero3_single_rank_module_hooks),
+    FastPath("zero12_grouped_norm", STAGE12, "DeepSpeedZeroOptimizer", "scaled_global_norm",
+             "63c6a6fe100c4e49", _make_zero12_grouped_norm),
+    FastPath("zero12_one_param_gather", STAGE12, None, "all_gather_dp_groups",
+             "87c5e3c4215b8194", _make_zero12_one_param_gather),
+    FastPath("zero3_one_param_gather", "deepspeed.runtime.zero.partition_parameters", "Init",
+             "_allgather_params_coalesced", "774cce0650d208bb", _make_zero3_one_param_gather),
+    FastPath("zero3_whole_module_hooks", "deepspeed.runtime.zero.parameter_offload", "DeepSpeedZeRoOffload",
+             "setup_zero_stage3_hooks", "1ec65cef74df86a1", _make_zero3_whole_module_hooks),
 )  # fmt: skip
 
 _INSTALLED: dict[str, tuple[object, object]] = {}  # name -> (owner, original)

@@ -45,7 +45,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from hf_vit_scaling.parallel.deepspeed_config import gradient_bucket_elements
+from hf_vit_scaling.parallel.deepspeed_config import (
+    gradient_bucket_elements,
+    read_config,
+    zero3_persistence_threshold,
+)
 from hf_vit_scaling.planning.shapes import (
     ALL_ENGINES,
     DEEPSPEED_DEFAULT_REDUCE_BUCKET,
@@ -226,6 +230,20 @@ def zero_buckets(engine: str, settings: PlanSettings) -> tuple[int, int]:
     return elements, 2 if overlap else 1
 
 
+def zero3_persistence(engine: str, settings: PlanSettings) -> int:
+    """The `stage3_param_persistence_threshold` a ZeRO-3 run of `engine` keeps tensors whole under: the number in its
+    ds_config, else what the recipe resolves from the model (`deepspeed_config.zero3_persistence_threshold`:
+    DeepSpeed's 1e5 default on several GPUs, one above the largest tensor on one GPU with the weights on it)."""
+    config = settings.ds_configs.get(engine, {})
+    reading = read_config(config)
+    if "stage3_param_persistence_threshold" in reading.zero_written:
+        return int(float(config["zero_optimization"]["stage3_param_persistence_threshold"]))
+    shape = settings.shape
+    numels = [n for sizes in shape.parameter_sizes().values() for n in sizes]
+    largest_1d = max(shape.hidden_size, shape.intermediate_size, shape.num_labels)  # LayerNorm, MLP or head bias
+    return zero3_persistence_threshold(numels, largest_1d, settings.world_size, reading.offload)[0]
+
+
 def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
     """Peak device bytes per rank for one engine: static + the largest of four phases.
 
@@ -307,9 +325,10 @@ def engine_memory(engine: str, settings: PlanSettings) -> MemoryEstimate:
             )
     elif engine in ("zero3", "zero3_offload"):
         elements, count = zero_buckets(engine, settings)
-        gathered = zero3_gathered_parameters(shape) * p
+        persistent = shape.zero3_persistent_parameters(zero3_persistence(engine, settings))
+        gathered = max(0, zero3_gathered_parameters(shape) - persistent) * p  # persistent ones are whole already
         static_grads = states["gradients"]
-        static_buffers = elements * count * p + shape.zero3_persistent_parameters() * p
+        static_buffers = elements * count * p + persistent * p
         forward[0] = gathered
         if engine == "zero3":
             # The step flattens the 16-bit gradient partition and converts it to fp32 (two copies when p = 2).

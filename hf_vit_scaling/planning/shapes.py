@@ -101,11 +101,11 @@ NETWORKS = {
 }
 
 # DeepSpeed defaults the Hugging Face integration fills in for "auto" (transformers integrations/deepspeed.py):
-# reduce_bucket_size = h², stage3_prefetch_bucket_size = 0.9·h², stage3_param_persistence_threshold = 10·h.
+# reduce_bucket_size = h², stage3_prefetch_bucket_size = 0.9·h², stage3_param_persistence_threshold = 10·h (the recipe
+# resolves its own instead: parallel/deepspeed_config.py).
 # DeepSpeed's own default stage3_max_reuse_distance is 1e9 parameters (deepspeed/runtime/zero/config.py).
 ZERO3_MAX_REUSE_DISTANCE = 1_000_000_000
 DEEPSPEED_DEFAULT_REDUCE_BUCKET = 500_000_000
-PERSISTENCE_THRESHOLD_FACTOR = 10
 
 # --------------------------------------------------------------------------- model shape and parameter counts
 
@@ -209,10 +209,10 @@ class VitShape:
         mlp = 3 * h * inter + 2 * inter + h if self.mlp == "swiglu" else 2 * h * inter + inter + h
         return 4 * (h * h + h) + 4 * h + mlp
 
-    def zero3_persistent_parameters(self) -> int:
-        """Parameters ZeRO-3 never partitions: tensors of at most `stage3_param_persistence_threshold` (= 10·h with
-        "auto") elements stay whole on every rank: biases, LayerNorms, the CLS token, a small classifier."""
-        threshold = PERSISTENCE_THRESHOLD_FACTOR * self.hidden_size
+    def zero3_persistent_parameters(self, threshold: int) -> int:
+        """Parameters ZeRO-3 never partitions: tensors of at most `threshold` (`stage3_param_persistence_threshold`)
+        elements stay whole on every rank (DeepSpeed's `mark_persistent_parameters`): biases, LayerNorms, the CLS
+        token, a small classifier; every tensor of the tiny presets under DeepSpeed's default 1e5."""
         return sum(n for sizes in self.parameter_sizes().values() for n in sizes if n <= threshold)
 
 

@@ -32,8 +32,8 @@ import math
 from dataclasses import dataclass, field
 
 from hf_vit_scaling.models.flops import train_flops_per_image
-from hf_vit_scaling.parallel.deepspeed_config import bucket_flushes, read_config, zero3_keeps_every_tensor_whole
-from hf_vit_scaling.planning.memory import PlanSettings, zero3_gathered_parameters, zero_buckets
+from hf_vit_scaling.parallel.deepspeed_config import bucket_flushes
+from hf_vit_scaling.planning.memory import PlanSettings, zero3_gathered_parameters, zero3_persistence, zero_buckets
 from hf_vit_scaling.planning.shapes import HSDP, MaeShape, VitShape, bytes_per_element
 
 
@@ -248,15 +248,14 @@ ZERO3_MODULES_PER_LAYER = {
 
 
 def zero3_gathers(engine: str, settings: PlanSettings) -> int:
-    """Module gathers a ZeRO-3 step runs (forward and backward): none where the recipe resolves persistence to keep
-    every tensor whole (one process, weights not offloaded, the threshold left to "auto":
-    `deepspeed_config.zero3_keeps_every_tensor_whole`); else one per leaf module twice, the encoder layer a leaf
-    (the recipe's `leaf_module`) unless the ds_config names its own (then its 8 modules with parameters), plus the
-    embeddings, the final norm and the head."""
-    config = settings.ds_configs.get(engine, {})
-    zero, reading = config.get("zero_optimization", {}), read_config(config)
-    left_to_resolve = "stage3_param_persistence_threshold" not in reading.zero_written  # as model_sized_values does
-    if left_to_resolve and zero3_keeps_every_tensor_whole(settings.world_size, reading.offload):
+    """Module gathers a ZeRO-3 step runs (forward and backward): none where every tensor is under the persistence
+    threshold the run keeps (`memory.zero3_persistence`: the recipe's resolution keeps every tensor whole on one
+    process with the weights on it, and on several every tensor of a model whose largest one is under DeepSpeed's
+    1e5 default); else one per leaf module twice, the encoder layer a leaf (the recipe's `leaf_module`) unless the
+    ds_config names its own (then its 8 modules with parameters), plus the embeddings, the final norm and the head."""
+    zero = settings.ds_configs.get(engine, {}).get("zero_optimization", {})
+    largest = max(n for sizes in settings.shape.parameter_sizes().values() for n in sizes)
+    if largest <= zero3_persistence(engine, settings):
         return 0
     per_layer = ZERO3_MODULES_PER_LAYER["submodules" if "leaf_module" in zero else "leaf"]
     return 2 * (settings.shape.num_hidden_layers * per_layer + 3)

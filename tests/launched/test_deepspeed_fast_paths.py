@@ -1,14 +1,15 @@
 """DeepSpeed's fast paths (`hf_vit_scaling.parallel.deepspeed_fast_paths`) change the time, not the numbers: ZeRO-1, 2
 and 3 runs of the same model and data, with DeepSpeed's own code and with the fast paths, log the same losses and
-gradient norms and end with the same weights, bit for bit (one process: the world-of-one reductions, the fp64 norm
-and the skipped re-pointing all run; several processes are the conformance matrix's, within its tolerances)."""
+gradient norms and end with the same weights, bit for bit: on one process (the world-of-one reductions, the fp64 norm
+and the skipped re-pointing all run) and on two (torchrun over gloo: one all-reduce for the groups' norms, one
+gather of the updated weights, one gather of ZeRO-3's persistent parameters, each counted)."""
 
 import sys
 
 import pytest
 import torch
 
-from tests.helpers.launchers import WORKERS, run
+from tests.helpers.launchers import WORKERS, launcher_cmd, run
 
 pytestmark = pytest.mark.distributed
 ZERO12_PATHS = ("zero12_grad_norm", "zero12_bit16_views", "zero12_single_rank_reduce")
@@ -23,9 +24,15 @@ def runs(tmp_path_factory):
     return torch.load(out)
 
 
-@pytest.mark.parametrize("stage", [1, 2, 3, "3-whole"])
-def test_fast_paths_train_deepspeed_s_numbers_bit_for_bit(runs, stage):
-    own, fast = runs[f"zero{stage}-deepspeed"], runs[f"zero{stage}-fast"]
+@pytest.fixture(scope="module")
+def two_process_runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fast_paths_2") / "runs.pt"
+    proc = run([*launcher_cmd("torchrun", 2), WORKERS / "fast_paths_worker.py"], OUT=str(out))
+    assert proc.returncode == 0, f"worker failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return torch.load(out)
+
+
+def assert_same_numbers(own: dict, fast: dict, stage) -> None:
     assert len(own["losses"]) == 4 and len({float(loss) for loss in own["losses"]}) > 1  # it trained
     # The clip (0.05) is below every step's norm here, so the norm scales every update: a wrong norm moves the weights.
     # "3-whole": the second step's gradients are NaN and DeepSpeed skips it (its norm reads as inf).
@@ -35,11 +42,32 @@ def test_fast_paths_train_deepspeed_s_numbers_bit_for_bit(runs, stage):
         assert torch.equal(a, b), f"ZeRO-{stage} step {step}: loss {float(a)!r} with DeepSpeed, {float(b)!r} fast"
     for step, (a, b) in enumerate(zip(own["norms"], fast["norms"]), 1):
         assert torch.equal(a, b), f"ZeRO-{stage} step {step}: grad norm {float(a)!r} vs {float(b)!r}"
+    different = [name for name, w in own["weights"].items() if not torch.equal(w, fast["weights"][name])]
+    assert not different, f"ZeRO-{stage}: final weights differ in {different[:5]}"
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3, "3-whole"])
+def test_fast_paths_train_deepspeed_s_numbers_bit_for_bit(runs, stage):
+    own, fast = runs[f"zero{stage}-deepspeed"], runs[f"zero{stage}-fast"]
+    assert_same_numbers(own, fast, stage)
     # every fast path of the stage ran each step (a world of one, fp32 gradients): the equality above is theirs
     expected = {1: ZERO12_PATHS, 2: ZERO12_PATHS, 3: ZERO3_PATHS, "3-whole": ZERO3_PATHS}[stage]
     assert {name: fast["calls"].get(name, 0) >= 4 for name in expected} == dict.fromkeys(expected, True), fast["calls"]
-    different = [name for name, w in own["weights"].items() if not torch.equal(w, fast["weights"][name])]
-    assert not different, f"ZeRO-{stage}: final weights differ in {different[:5]}"
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3, "3-whole"])
+def test_two_processes_fewer_collectives_same_numbers_bit_for_bit(two_process_runs, stage):
+    """On two processes DeepSpeed all-reduces each parameter group's norm and gathers each group's updated weights
+    (ZeRO-1/2), and gathers ZeRO-3's persistent parameters one collective each after every step; the fast paths do
+    each in one collective. Fewer collectives, the same losses, norms and weights."""
+    own, fast = two_process_runs[f"zero{stage}-deepspeed"], two_process_runs[f"zero{stage}-fast"]
+    assert_same_numbers(own, fast, stage)
+    mine, theirs = fast["collectives"], own["collectives"]
+    if stage in (1, 2):  # 2 groups: per step one all-reduce and one gather fewer
+        assert mine["all_reduce"] == theirs["all_reduce"] - 4, (mine, theirs)
+        assert mine["all_gather_into_tensor"] == theirs["all_gather_into_tensor"] - 4, (mine, theirs)
+    else:  # every persistent parameter had its own gather after each step: one now
+        assert mine["all_gather_into_tensor"] < theirs["all_gather_into_tensor"] - 4 * 10, (mine, theirs)
 
 
 def test_zero3_with_every_tensor_whole_runs_without_module_hooks(runs):
@@ -47,4 +75,4 @@ def test_zero3_with_every_tensor_whole_runs_without_module_hooks(runs):
     (the numbers are the bit-for-bit test's "3-whole"); with partitioned weights they all stay."""
     assert runs["zero3-whole-fast"]["module_hooks"] == 1 < runs["zero3-whole-deepspeed"]["module_hooks"]
     assert runs["zero3-fast"]["module_hooks"] == runs["zero3-deepspeed"]["module_hooks"] > 1
-    assert runs["zero3-whole-fast"]["calls"]["zero3_single_rank_module_hooks"] == 1  # once, when the engine is made
+    assert runs["zero3-whole-fast"]["calls"]["zero3_whole_module_hooks"] == 1  # once, when the engine is made

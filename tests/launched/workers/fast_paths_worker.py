@@ -1,9 +1,11 @@
-"""Trains the same tiny ViT under ZeRO-1, 2 and 3 on one process twice each, with DeepSpeed's own code and with the
-project's fast paths (`hf_vit_scaling.parallel.deepspeed_fast_paths`), and writes every step's loss and gradient norm
-and the final weights of each run to $OUT (a torch file) for tests/launched/test_deepspeed_fast_paths.py.
+"""Trains the same tiny ViT under ZeRO-1, 2 and 3 twice each, with DeepSpeed's own code and with the project's fast
+paths (`hf_vit_scaling.parallel.deepspeed_fast_paths`), and writes every step's loss and gradient norm, the final
+weights and the collectives each run called to $OUT (a torch file; rank 0's) for
+tests/launched/test_deepspeed_fast_paths.py.
 
-Started by the test as its own process (`python`, a DeepSpeed world of one over gloo): the fast paths are
-installed and removed between engines, which DeepSpeed's optimizers look up on their class at every call."""
+Started by the test as its own process (`python`, a DeepSpeed world of one over gloo) or as two (`torchrun`, each
+rank its own images): the fast paths are installed and removed between engines, which DeepSpeed looks up on its
+classes and modules at every call."""
 
 import os
 import sys
@@ -67,7 +69,7 @@ def train(stage: int, whole: bool = False) -> dict:
     )
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config(stage, whole))
     hooks = engine.optimizer.parameter_offload.forward_hooks if stage == 3 else []
-    data = torch.Generator().manual_seed(1)
+    data = torch.Generator().manual_seed(1 + torch.distributed.get_rank())
     losses, norms = [], []
     for step in range(STEPS):
         pixels = torch.randn(8, 3, 16, 16, generator=data)
@@ -95,20 +97,37 @@ def count_calls(calls: dict) -> None:
         setattr(owner, path.attribute, counted)
 
 
+def count_collectives(collectives: dict) -> None:
+    """Count the calls of the `torch.distributed` collectives DeepSpeed's communication goes through."""
+    for name in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor"):
+        original = getattr(torch.distributed, name)
+
+        def counted(*args, _original=original, _name=name, **kwargs):
+            collectives[_name] = collectives.get(_name, 0) + 1
+            return _original(*args, **kwargs)
+
+        setattr(torch.distributed, name, counted)
+
+
 def main() -> None:
-    ensure_single_process_env()  # a world of one, as the recipe declares it without a launcher
+    ensure_single_process_env()  # a world of one, as the recipe declares it without a launcher (torchrun: its own)
+    collectives: dict[str, int] = {}
+    count_collectives(collectives)  # before DeepSpeed's backend looks its functions up
     deepspeed.init_distributed(dist_backend="gloo")
     results = {}
     runs = ((1, False, "zero1"), (2, False, "zero2"), (3, False, "zero3"), (3, True, "zero3-whole"))
     for stage, whole, name in runs:
         uninstall_deepspeed_fast_paths()
-        results[f"{name}-deepspeed"] = train(stage, whole)
+        collectives.clear()
+        results[f"{name}-deepspeed"] = {**train(stage, whole), "collectives": dict(collectives)}
         status = install_deepspeed_fast_paths()
         assert set(status.values()) == {"on"}, status
         calls = {}
         count_calls(calls)
-        results[f"{name}-fast"] = {**train(stage, whole), "calls": calls}
-    torch.save(results, os.environ["OUT"])
+        collectives.clear()
+        results[f"{name}-fast"] = {**train(stage, whole), "calls": calls, "collectives": dict(collectives)}
+    if torch.distributed.get_rank() == 0:
+        torch.save(results, os.environ["OUT"])
 
 
 if __name__ == "__main__":

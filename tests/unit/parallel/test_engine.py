@@ -2,6 +2,8 @@
 
 from types import SimpleNamespace
 
+from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
 from hf_vit_scaling.parallel.deepspeed_config import bucket_flushes
 from hf_vit_scaling.parallel.engine import Engine, engine_of
 
@@ -63,14 +65,28 @@ def test_the_card_engine_row_names_the_engine_not_the_config_file():
     assert engine_of(_hf_config(zero2), ds_config_path="ds_configs/zero2.json").describe() == "DeepSpeed ZeRO-2"
 
 
-def _vit_b16():
-    """ViT-B/16's real parameter list (224 px, 10 classes: 200 tensors, 85.8 M), built on the meta device."""
+def _vit_b16(preset: str = "vit-b-16", image_size: int = 224):
+    """ViT-B/16's real parameter list (224 px, 10 classes: 200 tensors, 85.8 M), or another preset's, built on the
+    meta device."""
     import torch
 
     from hf_vit_scaling.models.presets import build_model_from_preset, preset_config
 
     with torch.device("meta"):
-        return build_model_from_preset(preset_config("vit-b-16", [str(i) for i in range(10)], image_size=224))
+        return build_model_from_preset(preset_config(preset, [str(i) for i in range(10)], image_size=image_size))
+
+
+def test_zero3_keeps_a_model_whole_on_several_processes_when_every_tensor_is_under_deepspeed_s_default():
+    """The tiny preset's largest tensor (96 x 192 = 18,432 elements) is under DeepSpeed's 1e5: on 2 processes every
+    tensor stays whole, as DeepSpeed's own default would keep it. Fails with the earlier rule, one above the largest
+    1-D tensor alone (193 here), which partitioned every matrix and gathered it twice a step."""
+    model = _vit_b16("vit-tiny-cpu", image_size=16)
+    assert max(p.numel() for p in model.parameters()) == 96 * 192
+    engine = Engine("deepspeed", {"zero_optimization": {"stage": 3}})
+    engine.resolve_for_model(model, world_size=2)
+    assert engine.ds_config["zero_optimization"]["stage3_param_persistence_threshold"] == 100_000
+    reason = engine.resolved["zero_optimization.stage3_param_persistence_threshold"]["reason"]
+    assert "every tensor is smaller, all kept whole" in reason
 
 
 def test_vit_b16_gradient_buckets_flush_at_most_4_times_a_step_where_auto_flushed_147():
@@ -98,7 +114,9 @@ def test_zero3_values_come_from_the_model_and_a_number_the_user_wrote_wins():
     zero = config["zero_optimization"]
     assert zero["reduce_bucket_size"] == 12345678 and "zero_optimization.reduce_bucket_size" not in engine.resolved
     assert zero["stage3_prefetch_bucket_size"] == 30_961_664  # 85,806,346 / 3 + 2,359,296, to a multiple of 512
-    assert zero["stage3_param_persistence_threshold"] == 3072 + 1  # the MLP bias: every matrix partitioned
+    # DeepSpeed's default 1e5: its 1-D tensors (at most 3,072 elements) and the 10-class head (7,680) whole, every
+    # 768 x 768 and larger matrix partitioned
+    assert zero["stage3_param_persistence_threshold"] == 100_000 == DeepSpeedZeroConfig().param_persistence_threshold
     assert zero["leaf_module"] == {"classes": ["transformers.models.vit.modeling_vit.ViTLayer"]}
     assert config["timers"] == {"throughput": {"enabled": False}}
     mine = {"zero_optimization": {"stage": 3}, "timers": {"throughput": {"enabled": True}}}
@@ -111,7 +129,7 @@ def test_zero3_values_come_from_the_model_and_a_number_the_user_wrote_wins():
     # `if param.ds_persist: device = self.local_device`), so "whole" would bring every offloaded weight back.
     offloaded = {"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}
     Engine("deepspeed", offloaded).resolve_for_model(model, world_size=1)
-    assert offloaded["zero_optimization"]["stage3_param_persistence_threshold"] == 3072 + 1
+    assert offloaded["zero_optimization"]["stage3_param_persistence_threshold"] == 100_000
     plain = Engine("trainer")
     plain.resolve_for_model(model, world_size=1)
     assert plain.resolved == {}

@@ -110,7 +110,8 @@ def test_zero3_on_one_gpu_gathers_nothing_as_the_recipe_resolves_it():
     """One process, weights on the GPU: the recipe keeps every tensor whole (persistence above the largest tensor), so
     the planner counts no gathers and ZeRO-3's step is ZeRO-2's; with several processes, offloaded weights or a
     threshold written in the file, the encoder layers and the 3 other modules are gathered twice a step."""
-    from hf_vit_scaling.planning.shapes import read_ds_configs
+    from hf_vit_scaling.models.presets import MODEL_PRESETS
+    from hf_vit_scaling.planning.shapes import read_ds_configs, vit_shape
     from hf_vit_scaling.planning.speed import zero3_gathers
 
     configs = read_ds_configs("ds_configs")
@@ -120,6 +121,9 @@ def test_zero3_on_one_gpu_gathers_nothing_as_the_recipe_resolves_it():
     assert overhead["zero3"] == overhead["zero2"] > 0
     assert zero3_gathers("zero3_offload", one) == 2 * (12 + 3)  # offload_param: the weights stay partitioned
     assert zero3_gathers("zero3", settings(gpus_per_node=2, ds_configs=configs)) == 2 * (12 + 3)
+    # the tiny preset on 2 GPUs: every tensor (18,432 elements at most) under DeepSpeed's 1e5, all kept whole
+    tiny = vit_shape(MODEL_PRESETS["vit-tiny-cpu"], image_size=16, num_labels=10)
+    assert zero3_gathers("zero3", settings(shape=tiny, gpus_per_node=2, ds_configs=configs)) == 0
     written = {"zero3": {"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 1000}}}
     assert zero3_gathers("zero3", settings(gpus_per_node=1, ds_configs=written)) == 2 * (12 + 3)
     written["zero3"]["zero_optimization"]["leaf_module"] = {"classes": ["MyBlock"]}  # the user's own leaf: 8 a layer
