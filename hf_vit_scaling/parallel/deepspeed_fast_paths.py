@@ -144,10 +144,10 @@ def _make_zero12_grouped_norm(original):
             and not self.has_moe_layers
             and not any(self._muon_update_lacks_loss_scale(i) for i in groups)
         )
-        sums = [None]
-        if plain:
-            grads, params = self.averaged_gradients, self.params_in_partition
-            sums = [_zero12_local_square_sum(self, grads[i], params[i]) for i in groups]
+        if not plain:
+            return original(self, norm_type)
+        grads, params = self.averaged_gradients, self.params_in_partition
+        sums = [_zero12_local_square_sum(self, grads[i], params[i]) for i in groups]
         if any(s is None for s in sums):
             return original(self, norm_type)
         # Each group's sum is all-reduced on its own by DeepSpeed (`get_grad_norm_direct`): the same sums, elementwise,

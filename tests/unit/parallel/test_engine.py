@@ -65,9 +65,9 @@ def test_the_card_engine_row_names_the_engine_not_the_config_file():
     assert engine_of(_hf_config(zero2), ds_config_path="ds_configs/zero2.json").describe() == "DeepSpeed ZeRO-2"
 
 
-def _vit_b16(preset: str = "vit-b-16", image_size: int = 224):
-    """ViT-B/16's real parameter list (224 px, 10 classes: 200 tensors, 85.8 M), or another preset's, built on the
-    meta device."""
+def _meta_model(preset: str = "vit-b-16", image_size: int = 224):
+    """A preset's real parameter list, 10 classes, built on the meta device (ViT-B/16 at 224 px by default: 200
+    tensors, 85.8 M)."""
     import torch
 
     from hf_vit_scaling.models.presets import build_model_from_preset, preset_config
@@ -80,7 +80,7 @@ def test_zero3_keeps_a_model_whole_on_several_processes_when_every_tensor_is_und
     """The tiny preset's largest tensor (96 x 192 = 18,432 elements) is under DeepSpeed's 1e5: on 2 processes every
     tensor stays whole, as DeepSpeed's own default would keep it. Fails with the earlier rule, one above the largest
     1-D tensor alone (193 here), which partitioned every matrix and gathered it twice a step."""
-    model = _vit_b16("vit-tiny-cpu", image_size=16)
+    model = _meta_model("vit-tiny-cpu", image_size=16)
     assert max(p.numel() for p in model.parameters()) == 96 * 192
     engine = Engine("deepspeed", {"zero_optimization": {"stage": 3}})
     engine.resolve_for_model(model, world_size=2)
@@ -92,7 +92,7 @@ def test_zero3_keeps_a_model_whole_on_several_processes_when_every_tensor_is_und
 def test_vit_b16_gradient_buckets_flush_at_most_4_times_a_step_where_auto_flushed_147():
     """transformers' "auto" (hidden^2 = 589,824) flushes 147 times a step on ViT-B/16; the resolved bucket at most
     4 times on several processes (overlapping the backward) and once on one."""
-    model = _vit_b16()
+    model = _meta_model()
     numels = [p.numel() for p in model.parameters()][::-1]  # backward produces the last layers' gradients first
     assert len(numels) == 200 and bucket_flushes(numels, 768 * 768) == 147
     for world, most in ((2, 4), (8, 4), (1, 1)):
@@ -106,7 +106,7 @@ def test_vit_b16_gradient_buckets_flush_at_most_4_times_a_step_where_auto_flushe
 
 
 def test_zero3_values_come_from_the_model_and_a_number_the_user_wrote_wins():
-    model = _vit_b16()
+    model = _meta_model()
     config = {"zero_optimization": {"stage": 3, "reduce_bucket_size": 12345678, "stage3_prefetch_bucket_size": "auto",
                                     "stage3_param_persistence_threshold": "auto"}}  # fmt: skip
     engine = Engine("deepspeed", config)
