@@ -187,6 +187,9 @@ def zero3_persistence_threshold(
     return threshold, f"DeepSpeed's default {threshold:,}: larger weight matrices partitioned, the rest kept whole"
 
 
+ZERO3_TORCH_LINEAR_REASON = "every tensor kept whole: torch's own linear, no weight to re-fetch in the backward"
+
+
 def model_sized_values(
     config: ConfigReading,
     tensor_numels: list[int],
@@ -217,6 +220,11 @@ def model_sized_values(
       bucket are per-gradient host work that buys nothing there). ZeRO-1 gets the same "off" there (DeepSpeed's
       default contiguous_gradients adds a hook and a copy per gradient) and keeps DeepSpeed's defaults on several
       GPUs;
+    - ZeRO-3 `memory_efficient_linear`: off where every tensor is kept whole (the threshold above is resolved and no
+      tensor is larger): DeepSpeed's linear (`zero.Init` puts it in place of `torch.nn.functional.linear` for the
+      whole process) re-fetches a released weight in the backward, and a weight kept whole is never released, so it
+      only adds an autograd Function per linear call (measured: benchmarks/README.md, "Engine overhead");
+      `Engine.resolve_for_model` puts torch's linear back. Partitioned weights keep DeepSpeed's default (on);
     - `timers.throughput`: off. DeepSpeed's throughput timer synchronizes the device at the start of forward and in
       `step()` when the engine got no dataloader (under the Trainer); the throughput report times steps itself.
     `tensor_numels`: every trainable tensor's full element count (ZeRO-3: `ds_numel`); `small_tensor_max`: the
@@ -246,6 +254,10 @@ def model_sized_values(
     if stage == 3 and "stage3_param_persistence_threshold" not in written:
         threshold, why = zero3_persistence_threshold(tensor_numels, small_tensor_max, world_size, config.offload)
         values["zero_optimization.stage3_param_persistence_threshold"] = (threshold, why)
+    if stage == 3 and "stage3_param_persistence_threshold" not in written and "memory_efficient_linear" not in written:
+        threshold = values["zero_optimization.stage3_param_persistence_threshold"][0]
+        if max(tensor_numels) <= threshold and "stage3_model_persistence_threshold" not in written:
+            values["zero_optimization.memory_efficient_linear"] = (False, ZERO3_TORCH_LINEAR_REASON)
     if stage == 3 and layer_class and "leaf_module" not in written:
         values["zero_optimization.leaf_module"] = ({"classes": [layer_class]}, "each encoder layer gathered whole")
     if not config.timers_written:

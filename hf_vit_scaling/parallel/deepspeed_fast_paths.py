@@ -26,6 +26,9 @@ on two) and calls the original where its condition does not hold:
   whatever a step left released;
 - `zero12_grouped_norm`: on several processes, ZeRO-1/2's gradient norm all-reduces each parameter group's sum of
   squares on its own (2 groups under the Trainer: decay and no decay); one all-reduce of the stacked sums instead;
+- `zero3_grouped_norm`: the same for ZeRO-3's sub-groups (`_get_norm_groups`). Both grouped norms add the same
+  sums over the ranks: bit for bit on two processes (tested); on more, an all-reduce of two elements may add the
+  ranks' sums in another order than one of one element, a difference in the last bit at most;
 - `zero12_one_param_gather`: on several CPU processes (gloo: every collective a round trip), the updated weights of
   all groups in one all-gather instead of one per group;
 - `zero3_one_param_gather`: ZeRO-3's blocking gather of a list of parameters (the persistent ones after every step,
@@ -162,41 +165,91 @@ def _make_zero12_grouped_norm(original):
     return scaled_global_norm
 
 
-def _make_zero3_grad_norm(original):
+def _zero3_local_square_sum(optimizer, gradients, params):
+    """This rank's part of a ZeRO-3 group's squared L2 gradient norm, as DeepSpeed's `get_grad_norm_direct` sums it
+    before its all-reduce, with the group it is all-reduced over and whether every rank's part counts (DeepSpeed's
+    `_grad_norm_counts_every_rank`); None where its selection keeps no gradient."""
     import torch
-    from deepspeed import comm as dist
     from deepspeed.accelerator import get_accelerator
-    from deepspeed.comm import pg_utils
     from deepspeed.runtime.utils import is_model_parallel_parameter
     from deepspeed.runtime.zero.utils import get_norm_dtype
+
+    optimizer._assert_same_partition_group(params)
+    process_group = optimizer._get_param_partition_group(params[0])
+    counts_every_rank = optimizer._grad_norm_counts_every_rank(params, process_group)
+    device, dtype = get_accelerator().device_name(), get_norm_dtype()
+    here = torch.device(get_accelerator().current_device_name())  # where .to(device) puts a tensor
+    selected = [
+        g if g.device == here else g.to(device, non_blocking=True)
+        for g, p in zip(gradients, params)
+        if counts_every_rank or is_model_parallel_parameter(p) or optimizer.model_parallel_rank == 0
+    ]
+    if not selected:
+        return None
+    return torch.sum(torch.pow(torch.stack(norms_in(selected, dtype)), 2.0)), process_group, counts_every_rank
+
+
+def _zero3_norms_from_sums(optimizer, sums):
+    """DeepSpeed's end of `get_grad_norm_direct` on the all-reduced sums: the square root, and -1 for inf/NaN."""
+    import torch
+
+    total_norm = sums ** (1.0 / 2.0)
+    inf_or_nan = total_norm.isnan().logical_or(total_norm.isinf())
+    return torch.where(inf_or_nan, torch.tensor(-1.0, device=optimizer.device, dtype=torch.float), total_norm)
+
+
+def _make_zero3_grad_norm(original):
+    from deepspeed import comm as dist
+    from deepspeed.comm import pg_utils
 
     def get_grad_norm_direct(self, gradients, params, norm_type=2):
         if float(norm_type) != 2.0:
             return original(self, gradients, params, norm_type)
-        self._assert_same_partition_group(params)
-        process_group = self._get_param_partition_group(params[0])
-        counts_every_rank = self._grad_norm_counts_every_rank(params, process_group)
-        device, dtype = get_accelerator().device_name(), get_norm_dtype()
-        here = torch.device(get_accelerator().current_device_name())  # where .to(device) puts a tensor
-        selected = [
-            g if g.device == here else g.to(device, non_blocking=True)
-            for g, p in zip(gradients, params)
-            if counts_every_rank or is_model_parallel_parameter(p) or self.model_parallel_rank == 0
-        ]
-        if not selected:
+        local = _zero3_local_square_sum(self, gradients, params)
+        if local is None:
             return original(self, gradients, params, norm_type)
-        total_norm_cuda = torch.sum(torch.pow(torch.stack(norms_in(selected, dtype)), 2.0))
+        total_norm_cuda, process_group, counts_every_rank = local
         dist.all_reduce(total_norm_cuda, op=dist.ReduceOp.SUM, group=process_group)
         if not counts_every_rank:
             self._model_parallel_all_reduce(tensor=total_norm_cuda, op=dist.ReduceOp.SUM)
         autoep_ep_group = self._autoep_expert_parallel_group(params)
         if pg_utils.is_parallel(autoep_ep_group):
             dist.all_reduce(total_norm_cuda, op=dist.ReduceOp.SUM, group=autoep_ep_group)
-        total_norm = total_norm_cuda ** (1.0 / 2.0)
-        inf_or_nan = total_norm.isnan().logical_or(total_norm.isinf())
-        return torch.where(inf_or_nan, torch.tensor(-1.0, device=self.device, dtype=torch.float), total_norm)
+        return _zero3_norms_from_sums(self, total_norm_cuda)
 
     return get_grad_norm_direct
+
+
+def _make_zero3_grouped_norm(original):
+    import torch
+    from deepspeed import comm as dist
+    from deepspeed.comm import pg_utils
+
+    def _get_norm_groups(self):
+        groups = range(len(self.fp16_groups))
+        if len(groups) < 2 or self.offload_optimizer or any(self._muon_update_lacks_loss_scale(i) for i in groups):
+            return original(self)
+        parts = [_zero3_local_square_sum(self, self.averaged_gradients[i], self.fp16_groups[i]) for i in groups]
+        if any(part is None for part in parts):
+            return original(self)
+        sums, process_groups, counts = zip(*parts)
+        one = (
+            all(group is process_groups[0] for group in process_groups)
+            and len(set(counts)) == 1
+            and dist.get_world_size(group=process_groups[0]) > 1
+            and not any(pg_utils.is_parallel(self._autoep_expert_parallel_group(self.fp16_groups[i])) for i in groups)
+        )
+        if not one:
+            return original(self)
+        # DeepSpeed all-reduces each sub-group's sum on its own (`get_grad_norm_direct`, 2 groups under the Trainer:
+        # decay and no decay): the same sums, elementwise, in one all-reduce of the stacked sums.
+        totals = torch.stack(sums)
+        dist.all_reduce(totals, op=dist.ReduceOp.SUM, group=process_groups[0])
+        if not counts[0]:
+            self._model_parallel_all_reduce(tensor=totals, op=dist.ReduceOp.SUM)
+        return list(_zero3_norms_from_sums(self, totals).unbind())
+
+    return _get_norm_groups
 
 
 def _make_zero12_bit16_views(original):
@@ -390,6 +443,8 @@ FAST_PATHS = (
              "87c5e3c4215b8194", _make_zero12_one_param_gather),
     FastPath("zero3_one_param_gather", "deepspeed.runtime.zero.partition_parameters", "Init",
              "_allgather_params_coalesced", "774cce0650d208bb", _make_zero3_one_param_gather),
+    FastPath("zero3_grouped_norm", STAGE3, "DeepSpeedZeroOptimizer_Stage3", "_get_norm_groups",
+             "6a068faa3149b1f4", _make_zero3_grouped_norm),
     FastPath("zero3_whole_module_hooks", "deepspeed.runtime.zero.parameter_offload", "DeepSpeedZeRoOffload",
              "setup_zero_stage3_hooks", "1ec65cef74df86a1", _make_zero3_whole_module_hooks),
 )  # fmt: skip

@@ -12,9 +12,10 @@ every later reader (the checks, the world's setup, the learning-rate scaling, th
 `Engine`. Its `ds_config` is the very dict the Trainer builds DeepSpeed from; the values the project reads from it are
 read once, when the Engine is made (`Engine.reading`, `deepspeed_config.read_config`), and every value the project
 sets in it is written here: `Engine.set_values` (the scaled lr, sequence parallelism's batch arithmetic, universal
-loading) or `Engine.resolve_for_model` (bucket sizes, ZeRO-3 persistence and leaf modules, timers: chosen from the
-model's tensors), each recorded with its reason in `Engine.resolved`, which the throughput report and the model card
-print. transformers' `trainer_config_finalize` then fills only the "auto" values left (batch, precision, clipping).
+loading) or `Engine.resolve_for_model` (bucket sizes, ZeRO-3 persistence, leaf modules and linear, timers: chosen
+from the model's tensors), each recorded with its reason in `Engine.resolved`, which the throughput report and the
+model card print. transformers' `trainer_config_finalize` then fills only the "auto" values left (batch, precision,
+clipping).
 """
 
 from dataclasses import dataclass, field
@@ -80,6 +81,8 @@ class Engine:
             self.reading, numels, max(small, default=0), world_size, layer, on_gpu
         ).items():
             self.set_values({key: value}, reason)
+        if self.resolved.get("zero_optimization.memory_efficient_linear", {}).get("value") is False:
+            restore_torch_linear()
 
     @property
     def fsdp_cpu_offload(self) -> bool:
@@ -103,6 +106,23 @@ class Engine:
             resharded = "resharded after forward" if args.get("reshard_after_forward", True) else "kept after forward"
             return f"{self.label()} (fully_shard per ViTLayer, parameters {resharded}, {args.get('state_dict_type')})"
         return "none (plain Trainer)"
+
+
+def restore_torch_linear() -> None:
+    """Put torch's `torch.nn.functional.linear` back where ZeRO-3's `zero.Init` replaced it for the whole process with
+    DeepSpeed's memory-efficient linear while the model was built (`Init._enable_mem_efficient_linear`, "This will
+    persist unless manually reset"): reset as DeepSpeed's own DeepCompile does (deepspeed/compile/init_z3.py). Called
+    once `memory_efficient_linear` is resolved off; a later `zero.Init` reads it off from the same dict."""
+    import torch
+
+    try:
+        from deepspeed.runtime.zero.linear import zero3_linear_wrap
+        from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses as Init
+    except ImportError:  # no DeepSpeed: nothing replaced it
+        return
+    original = getattr(Init, "linear_bk", None)
+    if original is not None and torch.nn.functional.linear is zero3_linear_wrap:
+        torch.nn.functional.linear = original
 
 
 def encoder_layer_class(model) -> str | None:

@@ -2,6 +2,7 @@
 
 from types import SimpleNamespace
 
+import pytest
 from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
 from hf_vit_scaling.parallel.deepspeed_config import bucket_flushes
@@ -133,3 +134,38 @@ def test_zero3_values_come_from_the_model_and_a_number_the_user_wrote_wins():
     plain = Engine("trainer")
     plain.resolve_for_model(model, world_size=1)
     assert plain.resolved == {}
+
+
+@pytest.mark.parametrize(
+    "preset, image_size, world, written, resolved",
+    [
+        ("vit-tiny-cpu", 16, 2, {}, False),  # every tensor under 1e5: all kept whole
+        ("vit-b-16", 224, 1, {}, False),  # one process: all kept whole
+        ("vit-b-16", 224, 2, {}, None),  # its matrices partitioned: DeepSpeed's default (on) stays
+        ("vit-tiny-cpu", 16, 2, {"memory_efficient_linear": True}, True),  # the user's value wins
+        ("vit-tiny-cpu", 16, 2, {"stage3_param_persistence_threshold": 1000}, None),  # the user's threshold: left
+    ],
+)
+def test_zero3_puts_torch_s_linear_back_where_every_tensor_is_kept_whole(
+    monkeypatch, preset, image_size, world, written, resolved
+):
+    """ZeRO-3's `zero.Init` replaces `torch.nn.functional.linear` for the whole process with DeepSpeed's linear, which
+    re-fetches a released weight in the backward (DeepSpeed's own `_enable_mem_efficient_linear` does it here, as
+    zero.Init calls it). Where the resolution keeps every tensor whole, nothing is ever released: it resolves
+    `memory_efficient_linear` off and torch's linear is back. Elsewhere DeepSpeed's stays."""
+    import torch
+    from deepspeed.runtime.zero import partition_parameters
+    from deepspeed.runtime.zero.linear import zero3_linear_wrap
+
+    monkeypatch.setattr(partition_parameters, "print_rank_0", lambda *args, **kwargs: None)  # needs a process group
+    monkeypatch.setattr(torch.nn.functional, "linear", torch._C._nn.linear)  # put back after the test
+    init = partition_parameters.InsertPostInitMethodToModuleSubClasses
+    init._enable_mem_efficient_linear(init.__new__(init))
+    assert torch.nn.functional.linear is zero3_linear_wrap
+    config = {"zero_optimization": {"stage": 3, **written}}
+    engine = Engine("deepspeed", config)
+    engine.resolve_for_model(_meta_model(preset, image_size), world_size=world)
+    assert config["zero_optimization"].get("memory_efficient_linear") is resolved
+    assert torch.nn.functional.linear is (torch._C._nn.linear if resolved is False else zero3_linear_wrap)
+    if resolved is False:
+        assert "torch's own linear" in engine.resolved["zero_optimization.memory_efficient_linear"]["reason"]
