@@ -197,6 +197,7 @@ def model_sized_values(
     world_size: int,
     layer_class: str | None,
     on_gpu: bool = True,
+    frozen_tensor_max: int = 0,
 ) -> dict[str, tuple[Any, str]]:
     """The values of a DeepSpeed config (its `ConfigReading`) that depend on the model, chosen from its real tensors:
     {dotted key: (value, reason)}. Only keys the user left out or set to "auto" are chosen; a number in the file
@@ -228,7 +229,7 @@ def model_sized_values(
     - `timers.throughput`: off. DeepSpeed's throughput timer synchronizes the device at the start of forward and in
       `step()` when the engine got no dataloader (under the Trainer); the throughput report times steps itself.
     `tensor_numels`: every trainable tensor's full element count (ZeRO-3: `ds_numel`); `small_tensor_max`: the
-    largest one with fewer than 2 dimensions."""
+    largest one with fewer than 2 dimensions; `frozen_tensor_max`: the largest parameter that is not trained."""
     stage, written = config.zero_stage or 0, config.zero_written
     values: dict[str, tuple[Any, str]] = {}
     overlap = on_gpu and world_size > 1  # a side stream, and another rank's reduction to run on it
@@ -256,7 +257,8 @@ def model_sized_values(
         values["zero_optimization.stage3_param_persistence_threshold"] = (threshold, why)
     if stage == 3 and "stage3_param_persistence_threshold" not in written and "memory_efficient_linear" not in written:
         threshold = values["zero_optimization.stage3_param_persistence_threshold"][0]
-        if max(tensor_numels) <= threshold and "stage3_model_persistence_threshold" not in written:
+        largest = max(max(tensor_numels), frozen_tensor_max)  # a frozen weight is partitioned and released too
+        if largest <= threshold and "stage3_model_persistence_threshold" not in written:
             values["zero_optimization.memory_efficient_linear"] = (False, ZERO3_TORCH_LINEAR_REASON)
     if stage == 3 and layer_class and "leaf_module" not in written:
         values["zero_optimization.leaf_module"] = ({"classes": [layer_class]}, "each encoder layer gathered whole")

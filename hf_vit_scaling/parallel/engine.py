@@ -75,10 +75,11 @@ class Engine:
             return
         params = [p for p in model.parameters() if p.requires_grad]
         numels = [int(getattr(p, "ds_numel", p.numel())) for p in params]  # ZeRO-3 built it partitioned
+        frozen = [int(getattr(p, "ds_numel", p.numel())) for p in model.parameters() if not p.requires_grad]
         small = [n for p, n in zip(params, numels) if len(getattr(p, "ds_shape", p.shape)) < 2]
         layer = encoder_layer_class(model)
         for key, (value, reason) in model_sized_values(
-            self.reading, numels, max(small, default=0), world_size, layer, on_gpu
+            self.reading, numels, max(small, default=0), world_size, layer, on_gpu, max(frozen, default=0)
         ).items():
             self.set_values({key: value}, reason)
         if self.resolved.get("zero_optimization.memory_efficient_linear", {}).get("value") is False:

@@ -169,3 +169,16 @@ def test_zero3_puts_torch_s_linear_back_where_every_tensor_is_kept_whole(
     assert torch.nn.functional.linear is (torch._C._nn.linear if resolved is False else zero3_linear_wrap)
     if resolved is False:
         assert "torch's own linear" in engine.resolved["zero_optimization.memory_efficient_linear"]["reason"]
+
+
+def test_a_frozen_weight_too_large_to_keep_whole_keeps_deepspeed_s_linear():
+    """A parameter that is not trained is partitioned and released like any other: over DeepSpeed's 1e5 on 2
+    processes, the tiny preset no longer has every tensor whole, so DeepSpeed's linear stays."""
+    import torch
+
+    model = _meta_model("vit-tiny-cpu", image_size=16)
+    model.register_parameter("frozen", torch.nn.Parameter(torch.empty(200_000, device="meta"), requires_grad=False))
+    config = {"zero_optimization": {"stage": 3}}
+    Engine("deepspeed", config).resolve_for_model(model, world_size=2)
+    assert config["zero_optimization"]["stage3_param_persistence_threshold"] == 100_000
+    assert "memory_efficient_linear" not in config["zero_optimization"]
