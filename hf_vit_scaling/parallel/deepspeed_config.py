@@ -187,9 +187,6 @@ def zero3_persistence_threshold(
     return threshold, f"DeepSpeed's default {threshold:,}: larger weight matrices partitioned, the rest kept whole"
 
 
-ZERO3_TORCH_LINEAR_REASON = "every tensor kept whole: torch's own linear, no weight to re-fetch in the backward"
-
-
 def model_sized_values(
     config: ConfigReading,
     tensor_numels: list[int],
@@ -255,11 +252,10 @@ def model_sized_values(
     if stage == 3 and "stage3_param_persistence_threshold" not in written:
         threshold, why = zero3_persistence_threshold(tensor_numels, small_tensor_max, world_size, config.offload)
         values["zero_optimization.stage3_param_persistence_threshold"] = (threshold, why)
-    if stage == 3 and "stage3_param_persistence_threshold" not in written and "memory_efficient_linear" not in written:
-        threshold = values["zero_optimization.stage3_param_persistence_threshold"][0]
-        largest = max(max(tensor_numels), frozen_tensor_max)  # a frozen weight is partitioned and released too
-        if largest <= threshold and "stage3_model_persistence_threshold" not in written:
-            values["zero_optimization.memory_efficient_linear"] = (False, ZERO3_TORCH_LINEAR_REASON)
+        whole = max(max(tensor_numels), frozen_tensor_max) <= threshold  # a frozen weight is partitioned too
+        if whole and not {"memory_efficient_linear", "stage3_model_persistence_threshold"} & written:
+            why = "every tensor kept whole: torch's own linear, no weight to re-fetch in the backward"
+            values["zero_optimization.memory_efficient_linear"] = (False, why)
     if stage == 3 and layer_class and "leaf_module" not in written:
         values["zero_optimization.leaf_module"] = ({"classes": [layer_class]}, "each encoder layer gathered whole")
     if not config.timers_written:

@@ -227,8 +227,13 @@ def _make_zero3_grouped_norm(original):
 
     def _get_norm_groups(self):
         groups = range(len(self.fp16_groups))
-        if len(groups) < 2 or self.offload_optimizer or any(self._muon_update_lacks_loss_scale(i) for i in groups):
-            return original(self)
+        if (
+            len(groups) < 2
+            or dist.get_world_size(group=self.dp_process_group) == 1  # so is every partition group within it
+            or self.offload_optimizer
+            or any(self._muon_update_lacks_loss_scale(i) for i in groups)
+        ):
+            return original(self)  # before any sum: the original computes its own
         parts = [_zero3_local_square_sum(self, self.averaged_gradients[i], self.fp16_groups[i]) for i in groups]
         if any(part is None for part in parts):
             return original(self)

@@ -115,12 +115,9 @@ def restore_torch_linear() -> None:
     persist unless manually reset"): reset as DeepSpeed's own DeepCompile does (deepspeed/compile/init_z3.py). Called
     once `memory_efficient_linear` is resolved off; a later `zero.Init` reads it off from the same dict."""
     import torch
+    from deepspeed.runtime.zero.linear import zero3_linear_wrap
+    from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses as Init
 
-    try:
-        from deepspeed.runtime.zero.linear import zero3_linear_wrap
-        from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses as Init
-    except ImportError:  # no DeepSpeed: nothing replaced it
-        return
     original = getattr(Init, "linear_bk", None)
     if original is not None and torch.nn.functional.linear is zero3_linear_wrap:
         torch.nn.functional.linear = original
