@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from _common import child_env, report_result  # benchmarks/_common.py (scripts run as benchmarks/<name>.py)
@@ -113,10 +114,7 @@ def run_arm(args, name: str, nproc: int, count: bool = False, model=None) -> dic
         launcher = launch_command("torchrun" if nproc > 1 else "python", nproc, get_free_port())
         probe = [__file__, "--probe", out, "--probe_warmup", str(args.warmup), "--"] if count else []
         cmd = [*launcher, *probe, *recipe_argv(args, nproc, out, steps, model), *engine_flags(name, hidden, out)]
-        env = child_env(max(1, args.threads // nproc))
-        if name.endswith(("_auto", "_own")):  # the behaviour before, and the resolved values alone: DeepSpeed's code
-            env[FAST_PATHS_SWITCH] = "0"
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=arm_env(args, name, nproc))
         if proc.returncode != 0:
             raise RuntimeError(f"{name} on {nproc} process(es) failed:\n{proc.stderr[-3000:]}")
         report = load_throughput_report(os.path.join(out, "throughput.json"))
@@ -129,6 +127,60 @@ def run_arm(args, name: str, nproc: int, count: bool = False, model=None) -> dic
             result["counts_per_step"] = [json.load(open(os.path.join(out, f"counts_rank{r}.json"))) for r in
                                          range(nproc)]  # fmt: skip
     return result
+
+
+def run_together(args, names: list[str], nproc: int) -> dict[str, float]:
+    """One round of the arms `names` on `nproc` processes each, started together and taking turns `--turn_steps`
+    steps at a time in this order (`Turns`): {name: median step seconds}."""
+    with tempfile.TemporaryDirectory() as folder:
+        Turns.prepare(folder, len(names), nproc)
+        running = []
+        for arm, name in enumerate(names):
+            out = os.path.join(folder, name)
+            launcher = launch_command("torchrun" if nproc > 1 else "python", nproc, get_free_port())
+            turns = [__file__, "--turns", folder, "--arm", str(arm), "--arms", str(len(names)),
+                     "--turn_steps", str(args.turn_steps), "--"]  # fmt: skip
+            model = (args.model_preset, args.image_size, args.batch_size)
+            cmd = [
+                *launcher,
+                *turns,
+                *recipe_argv(args, nproc, out, args.steps, model),
+                *engine_flags(name, args.hidden, out),
+            ]
+            log = open(os.path.join(folder, f"{name}.log"), "w", encoding="utf-8")
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=arm_env(args, name, nproc))
+            running.append((name, log, proc))
+        try:
+            while any(proc.poll() is None for _, _, proc in running):
+                failed = [name for name, _, proc in running if proc.returncode not in (None, 0)]
+                if failed:  # the others would wait for its turn for ever
+                    raise RuntimeError(f"{failed[0]} on {nproc} process(es) failed:\n" + tail_of(folder, failed[0]))
+                time.sleep(0.5)
+            failed = [name for name, _, proc in running if proc.returncode != 0]
+            if failed:
+                raise RuntimeError(f"{failed[0]} on {nproc} process(es) failed:\n" + tail_of(folder, failed[0]))
+        finally:
+            for _, log, proc in running:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                log.close()
+        return {
+            name: load_throughput_report(os.path.join(folder, name, "throughput.json"))["step_time_s"]["median"]
+            for name in names
+        }
+
+
+def tail_of(folder: str, name: str) -> str:
+    with open(os.path.join(folder, f"{name}.log"), encoding="utf-8", errors="replace") as f:
+        return f.read()[-3000:]
+
+
+def arm_env(args, name: str, nproc: int) -> dict:
+    env = child_env(max(1, args.threads // nproc))
+    if name.endswith(("_auto", "_own")):  # the behaviour before, and the resolved values alone: DeepSpeed's code
+        env[FAST_PATHS_SWITCH] = "0"
+    return env
 
 
 # --------------------------------------------------------------------------- the counters (--probe)
@@ -159,7 +211,6 @@ class Counters:
         import deepspeed.runtime.zero.stage_1_and_2 as stage12
         import torch
         import torch.distributed as dist
-        import transformers
         from deepspeed.accelerator import get_accelerator
 
         self.wrap(stage12.DeepSpeedZeroOptimizer, "reduce_ipg_grads", "bucket_flushes")
@@ -189,13 +240,7 @@ class Counters:
             counters.add("forward_hooks_run", len(module._forward_pre_hooks) + len(module._forward_hooks))
 
         torch.nn.modules.module.register_module_forward_pre_hook(count_hooks)
-        original_init = transformers.Trainer.__init__
-
-        def init_with_window(trainer, *a, **k):
-            original_init(trainer, *a, **k)
-            trainer.add_callback(CountingWindow(counters))
-
-        transformers.Trainer.__init__ = init_with_window
+        add_callback_to_every_trainer(CountingWindow(counters))
 
     def write(self, rank: int) -> None:
         per_step = {key: value / max(self.steps, 1) for key, value in sorted(self.counts.items())}
@@ -220,10 +265,115 @@ def CountingWindow(counters: Counters):  # noqa: N802 (a TrainerCallback made wh
     return Window()
 
 
+# --------------------------------------------------------------------------- arms that take turns (--turns)
+
+
+class Turns:
+    """The arms of a round started together take turns: one arm's processes run `steps` optimizer steps while every
+    other arm's processes wait, blocked reading a FIFO (no CPU used), then the turn goes to the next arm still
+    training. A slow phase of the machine (seconds to tens of seconds on this VM) then falls on every arm alike,
+    where arms run one after another each meet their own. The wait is in `on_step_end` after the throughput
+    callback's mark and before the next step's `on_step_begin`: outside every timed step. An arm that has run all
+    its steps waits for the others before its evaluation, which would otherwise run beside their last steps."""
+
+    def __init__(self, folder: str, arm: int, arms: int, ranks: int, steps: int):
+        self.folder, self.arm, self.arms, self.ranks, self.steps = folder, arm, arms, ranks, steps
+        self.done = 0
+
+    @staticmethod
+    def prepare(folder: str, arms: int, ranks: int) -> None:
+        """One FIFO per process (its turn arrives there) and one per arm (its other ranks' steps are done)."""
+        for arm in range(arms):
+            os.mkfifo(os.path.join(folder, f"arm{arm}.done"))
+            for rank in range(ranks):
+                os.mkfifo(os.path.join(folder, f"arm{arm}.rank{rank}"))
+
+    def _fifo(self, name: str) -> int:
+        return os.open(os.path.join(self.folder, name), os.O_RDWR)  # O_RDWR: opening never blocks (Linux)
+
+    def _marked(self, kind: str) -> int:
+        return sum(name.startswith(kind) for name in os.listdir(self.folder))
+
+    def _mark(self, kind: str, rank: int | None = None) -> None:
+        suffix = f".rank{rank}" if rank is not None else ""
+        open(os.path.join(self.folder, f"{kind}.arm{self.arm}{suffix}"), "w").close()
+
+    def _poll(self, kind: str, count: int) -> None:
+        while self._marked(kind) < count:
+            time.sleep(0.01)
+
+    def start(self, rank: int) -> None:
+        """Every process of every arm ready (engines built), then arm 0 first. Each process keeps its FIFOs open
+        from here on: a byte written to a FIFO nobody holds open is lost."""
+        self.rank, self.own = rank, self._fifo(f"arm{self.arm}.rank{rank}")
+        self.done_fifo = self._fifo(f"arm{self.arm}.done")
+        self._mark("ready", rank)
+        if self.arm == 0 and rank == 0:
+            self._poll("ready", self.arms * self.ranks)
+            self._give(0)
+        os.read(self.own, 1)
+
+    def _give(self, arm: int) -> None:
+        for rank in range(self.ranks):
+            fifo = self._fifo(f"arm{arm}.rank{rank}")
+            os.write(fifo, b"t")
+            os.close(fifo)
+
+    def step_ended(self, last: bool) -> None:
+        self.done += 1
+        if not last and self.done % self.steps:
+            return
+        if self.rank == 0:  # the arm's other ranks finished these steps too, then the turn goes on
+            for _ in range(self.ranks - 1):
+                os.read(self.done_fifo, 1)
+            if last:
+                self._mark("finished")
+            after = [(self.arm + i) % self.arms for i in range(1, self.arms + 1)]
+            waiting = [a for a in after if not os.path.exists(os.path.join(self.folder, f"finished.arm{a}"))]
+            if waiting:
+                self._give(waiting[0])
+        else:
+            os.write(self.done_fifo, b"d")
+        if last:
+            self._poll("finished", self.arms)
+        else:
+            os.read(self.own, 1)
+
+
+def TurnTaking(turns: Turns):  # noqa: N802 (a TrainerCallback made where transformers is imported)
+    from transformers import TrainerCallback
+
+    class Taking(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            turns.start(args.process_index)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            turns.step_ended(last=state.global_step >= state.max_steps)
+
+    return Taking()
+
+
+def add_callback_to_every_trainer(callback) -> None:
+    import transformers
+
+    original_init = transformers.Trainer.__init__
+
+    def init_with(trainer, *a, **k):
+        original_init(trainer, *a, **k)
+        trainer.add_callback(callback)
+
+    transformers.Trainer.__init__ = init_with
+
+
 def probe(args, recipe: list[str]) -> None:
-    """Run the recipe in this process with `Counters` installed (the launcher started this script per rank)."""
-    counters = Counters(args.probe_warmup, args.probe)
-    counters.install()
+    """Run the recipe in this process (the launcher started this script per rank) with `Counters` installed
+    (`--probe`) or taking turns with the other arms of its round (`--turns`)."""
+    if args.probe:
+        counters = Counters(args.probe_warmup, args.probe)
+        counters.install()
+    if args.turns:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        add_callback_to_every_trainer(TurnTaking(Turns(args.turns, args.arm, args.arms, world, args.turn_steps)))
     sys.argv = recipe
     sys.path.insert(0, str(REPO / "recipes"))
     runpy.run_path(recipe[0], run_name="__main__")
@@ -242,9 +392,15 @@ def measure(args) -> dict:
     for index in range(args.rounds):
         order = arms(args) if index % 2 == 0 else arms(args)[::-1]
         record = {}
-        for name, nproc in order:
-            record[f"{name}@{nproc}"] = run_arm(args, name, nproc)["step_s"]
-            print(f"round {index + 1} {name} x{nproc}: {record[f'{name}@{nproc}'] * 1000:.1f} ms", file=sys.stderr)
+        if args.turn_steps:  # the arms of each world size at once, taking turns
+            for nproc in dict.fromkeys(n for _, n in order):
+                together = run_together(args, [name for name, n in order if n == nproc], nproc)
+                record.update({f"{name}@{nproc}": step_s for name, step_s in together.items()})
+        else:
+            for name, nproc in order:
+                record[f"{name}@{nproc}"] = run_arm(args, name, nproc)["step_s"]
+        for key in (f"{name}@{nproc}" for name, nproc in order):
+            print(f"round {index + 1} {key}: {record[key] * 1000:.1f} ms", file=sys.stderr)
         rounds.append(record)
     summary = {}
     for name, nproc in arms(args):
@@ -284,10 +440,20 @@ def parse(argv=None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--rounds", type=int, default=3, help="Rounds; every arm runs once per round.")
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2], choices=[1, 2], help="World sizes.")
     parser.add_argument("--engines", nargs="+", default=list(CONFIGS), choices=list(CONFIGS), help="Arms to run.")
+    parser.add_argument(
+        "--turn_steps",
+        type=int,
+        default=5,
+        help="Start the arms of a world size together and let them take turns this many steps at a "
+        "time (a slow phase of the machine falls on all alike); 0: run them one after another.",
+    )
     parser.add_argument("--vit_b16", action="store_true", help="Also count ZeRO-2/3 on ViT-B/16's tensors.")
     parser.add_argument("--output", default=None, help="Write the result as JSON here.")
     parser.add_argument("--probe", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--probe_warmup", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--turns", default=None, help=argparse.SUPPRESS)  # the arm processes' side of --turn_steps
+    parser.add_argument("--arm", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--arms", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe is None and "plain" not in args.engines:
         parser.error("--engines must include plain: every ratio is to the same round's plain Trainer.")
@@ -296,13 +462,15 @@ def parse(argv=None) -> tuple[argparse.Namespace, list[str]]:
 
 def main(argv=None) -> None:
     args, recipe = parse(argv)
-    if args.probe:
+    if args.probe or args.turns:
         probe(args, recipe)
         return
     setup = {"model_preset": args.model_preset, "image_size": args.image_size, "global_batch": args.batch_size,
              "steps": args.steps, "warmup_dropped": args.warmup, "threads": args.threads, "precision": "fp32",
              "rounds": args.rounds, "timed": "throughput.json step_time_s.median (rank 0)",
-             "order": "arms in turn, reversed every other round"}  # fmt: skip
+             "order": (f"the arms of a world size started together, taking turns {args.turn_steps} steps at a time, "
+                       "the order reversed every other round") if args.turn_steps else
+                      "arms one after another, the order reversed every other round"}  # fmt: skip
     report_result({"setup": setup, **measure(args)}, args.output)
 
 

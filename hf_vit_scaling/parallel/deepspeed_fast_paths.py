@@ -11,7 +11,8 @@ on two) and calls the original where its condition does not hold:
 - `zero12_grad_norm`, `zero3_grad_norm`: the L2 norm of the gradients with torch's multi-tensor norm
   (`torch._foreach_norm`, what `torch.nn.utils.clip_grad_norm_` and so the plain Trainer use) instead of one
   `vector_norm` per tensor. On the CPU it equals DeepSpeed's per-tensor norm bit for bit; on CUDA the multi-tensor
-  kernel may differ from it in the last bits, as the plain Trainer's norm does;
+  kernel may differ from it in the last bits, as the plain Trainer's norm does. On a world of one the sum is not
+  all-reduced: a sum over one rank is that rank's own;
 - `zero12_bit16_views`: `_update_model_bit16_weights` skipped when every parameter already is its slice of the flat
   buffer (same address and shape), as it is after the first step;
 - `zero12_single_rank_reduce`: on a data-parallel world of one, with no sequence parallelism and the gradients
@@ -32,7 +33,14 @@ on two) and calls the original where its condition does not hold:
 - `zero12_one_param_gather`: on several CPU processes (gloo: every collective a round trip), the updated weights of
   all groups in one all-gather instead of one per group;
 - `zero3_one_param_gather`: ZeRO-3's blocking gather of a list of parameters (the persistent ones after every step,
-  a `GatheredParameters` block) in DeepSpeed's own coalesced gather, one collective, instead of one per parameter.
+  a `GatheredParameters` block) in DeepSpeed's own coalesced gather, one collective, instead of one per parameter;
+- `zero2_no_gradient_hooks` with `zero2_reduce_at_epilogue`: ZeRO-2 with one bucket for every gradient and nothing to
+  overlap (one process or a CPU), no offload, one accumulation step: no hook per gradient; the engine's epilogue files
+  every gradient, as ZeRO-1 does, and reduces the bucket as before. On two processes each element is still the sum
+  of the same two values (tested bit for bit); on more, the bucket's other order may give the ring's sum another
+  order, a difference in the last bit at most, as for the grouped norms;
+- `cpu_numa_cores_once`: DeepSpeed's CPU accelerator starts `numactl --hardware` at every `device_count()`
+  (ZeRO-3 asks once a step); asked once.
 
 Each is installed only over the DeepSpeed source it was written and tested against (`FastPath.source_sha` pins a hash
 of the original's source): after a DeepSpeed upgrade that changes a method, its fast path stays off and the run
@@ -47,6 +55,15 @@ import inspect
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from hf_vit_scaling.parallel.zero3_fast_paths import (
+    make_zero3_grad_norm,
+    make_zero3_grouped_norm,
+    make_zero3_one_param_gather,
+    make_zero3_single_rank_reduce_scatter,
+    make_zero3_whole_module_hooks,
+    norms_in,
+)
 
 ENV_SWITCH = "HF_VIT_SCALING_DEEPSPEED_FAST_PATHS"
 
@@ -75,17 +92,6 @@ def source_sha(function) -> str:
 
 
 # --------------------------------------------------------------------------- the replacements
-
-
-def norms_in(tensors, dtype):
-    """Each tensor's L2 norm computed in `dtype` (DeepSpeed's `get_norm_dtype()`: fp64 where the device has it), as
-    DeepSpeed's `vector_norm(t.to(dtype))` per tensor gives it, without the fp64 copy of every gradient: one
-    multi-tensor norm that accumulates in `dtype` (bit for bit the same on the CPU: the unit test)."""
-    import torch
-
-    if all(t.dtype == tensors[0].dtype for t in tensors) and tensors[0].dtype in (torch.float32, torch.float64):
-        return torch._foreach_norm(tensors, 2.0, dtype=dtype)
-    return torch._foreach_norm([t.to(dtype) for t in tensors], 2.0)
 
 
 def _zero12_local_square_sum(optimizer, gradients, params):
@@ -123,7 +129,8 @@ def _make_zero12_grad_norm(original):
         total_norm = _zero12_local_square_sum(self, gradients, params)
         if total_norm is None:
             return original(self, gradients, params, norm_type)
-        dist.all_reduce(total_norm, op=dist.ReduceOp.SUM, group=self.dp_process_group)
+        if dist.get_world_size(group=self.dp_process_group) > 1:  # a sum over one rank is the rank's own
+            dist.all_reduce(total_norm, op=dist.ReduceOp.SUM, group=self.dp_process_group)
         self._model_parallel_all_reduce(tensor=total_norm, op=dist.ReduceOp.SUM)
         total_norm = total_norm.pow(1.0 / 2.0)
         mask_nan_or_inf_with_val_inplace(total_norm, device=self.device)
@@ -163,98 +170,6 @@ def _make_zero12_grouped_norm(original):
         return combine_grad_norm_groups(list(totals.unbind()), norm_type=norm_type)
 
     return scaled_global_norm
-
-
-def _zero3_local_square_sum(optimizer, gradients, params):
-    """This rank's part of a ZeRO-3 group's squared L2 gradient norm, as DeepSpeed's `get_grad_norm_direct` sums it
-    before its all-reduce, with the group it is all-reduced over and whether every rank's part counts (DeepSpeed's
-    `_grad_norm_counts_every_rank`); None where its selection keeps no gradient."""
-    import torch
-    from deepspeed.accelerator import get_accelerator
-    from deepspeed.runtime.utils import is_model_parallel_parameter
-    from deepspeed.runtime.zero.utils import get_norm_dtype
-
-    optimizer._assert_same_partition_group(params)
-    process_group = optimizer._get_param_partition_group(params[0])
-    counts_every_rank = optimizer._grad_norm_counts_every_rank(params, process_group)
-    device, dtype = get_accelerator().device_name(), get_norm_dtype()
-    here = torch.device(get_accelerator().current_device_name())  # where .to(device) puts a tensor
-    selected = [
-        g if g.device == here else g.to(device, non_blocking=True)
-        for g, p in zip(gradients, params)
-        if counts_every_rank or is_model_parallel_parameter(p) or optimizer.model_parallel_rank == 0
-    ]
-    if not selected:
-        return None
-    return torch.sum(torch.pow(torch.stack(norms_in(selected, dtype)), 2.0)), process_group, counts_every_rank
-
-
-def _zero3_norms_from_sums(optimizer, sums):
-    """DeepSpeed's end of `get_grad_norm_direct` on the all-reduced sums: the square root, and -1 for inf/NaN."""
-    import torch
-
-    total_norm = sums ** (1.0 / 2.0)
-    inf_or_nan = total_norm.isnan().logical_or(total_norm.isinf())
-    return torch.where(inf_or_nan, torch.tensor(-1.0, device=optimizer.device, dtype=torch.float), total_norm)
-
-
-def _make_zero3_grad_norm(original):
-    from deepspeed import comm as dist
-    from deepspeed.comm import pg_utils
-
-    def get_grad_norm_direct(self, gradients, params, norm_type=2):
-        if float(norm_type) != 2.0:
-            return original(self, gradients, params, norm_type)
-        local = _zero3_local_square_sum(self, gradients, params)
-        if local is None:
-            return original(self, gradients, params, norm_type)
-        total_norm_cuda, process_group, counts_every_rank = local
-        dist.all_reduce(total_norm_cuda, op=dist.ReduceOp.SUM, group=process_group)
-        if not counts_every_rank:
-            self._model_parallel_all_reduce(tensor=total_norm_cuda, op=dist.ReduceOp.SUM)
-        autoep_ep_group = self._autoep_expert_parallel_group(params)
-        if pg_utils.is_parallel(autoep_ep_group):
-            dist.all_reduce(total_norm_cuda, op=dist.ReduceOp.SUM, group=autoep_ep_group)
-        return _zero3_norms_from_sums(self, total_norm_cuda)
-
-    return get_grad_norm_direct
-
-
-def _make_zero3_grouped_norm(original):
-    import torch
-    from deepspeed import comm as dist
-    from deepspeed.comm import pg_utils
-
-    def _get_norm_groups(self):
-        groups = range(len(self.fp16_groups))
-        if (
-            len(groups) < 2
-            or dist.get_world_size(group=self.dp_process_group) == 1  # so is every partition group within it
-            or self.offload_optimizer
-            or any(self._muon_update_lacks_loss_scale(i) for i in groups)
-        ):
-            return original(self)  # before any sum: the original computes its own
-        parts = [_zero3_local_square_sum(self, self.averaged_gradients[i], self.fp16_groups[i]) for i in groups]
-        if any(part is None for part in parts):
-            return original(self)
-        sums, process_groups, counts = zip(*parts)
-        one = (
-            all(group is process_groups[0] for group in process_groups)
-            and len(set(counts)) == 1
-            and dist.get_world_size(group=process_groups[0]) > 1
-            and not any(pg_utils.is_parallel(self._autoep_expert_parallel_group(self.fp16_groups[i])) for i in groups)
-        )
-        if not one:
-            return original(self)
-        # DeepSpeed all-reduces each sub-group's sum on its own (`get_grad_norm_direct`, 2 groups under the Trainer:
-        # decay and no decay): the same sums, elementwise, in one all-reduce of the stacked sums.
-        totals = torch.stack(sums)
-        dist.all_reduce(totals, op=dist.ReduceOp.SUM, group=process_groups[0])
-        if not counts[0]:
-            self._model_parallel_all_reduce(tensor=totals, op=dist.ReduceOp.SUM)
-        return list(_zero3_norms_from_sums(self, totals).unbind())
-
-    return _get_norm_groups
 
 
 def _make_zero12_bit16_views(original):
@@ -308,60 +223,6 @@ def _make_zero12_single_rank_reduce(original):
     return allreduce_and_copy
 
 
-def _make_zero3_single_rank_reduce_scatter(original):
-    import torch
-    from deepspeed import comm as dist
-
-    def reduce_scatter_coalesced(tensors, group=None):
-        if dist.get_world_size(group) != 1:
-            return original(tensors, group)
-        # DeepSpeed's result on one rank: each tensor's values (divided by 1, reduced over one rank) as views of one
-        # flat buffer; the buffer is the tensor itself when there is one (DeepSpeed's own shortcut), else a copy.
-        flat = tensors[0].view(-1) if len(tensors) == 1 else torch.cat([t.view(-1) for t in tensors])
-        outputs, offset = [], 0
-        for tensor in tensors:
-            outputs.append(flat.narrow(0, offset, tensor.numel()))
-            offset += tensor.numel()
-        return outputs
-
-    return reduce_scatter_coalesced
-
-
-def _make_zero3_whole_module_hooks(original):
-    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
-
-    def setup_zero_stage3_hooks(self):
-        original(self)
-        params = list(self.module.parameters())
-        whole = (
-            self.offload_device is None
-            and not self.zenflow
-            and params
-            and all(getattr(p, "ds_persist", False) for p in params)
-        )
-        if not whole:
-            return
-        # Every parameter persistent (the recipe's resolution on one process, and on several for a model whose tensors
-        # are all under DeepSpeed's persistence threshold): the per-module hooks would fetch and release nothing, so
-        # they go, as DeepSpeed's own `unwrap_model_for_generation` removes them while every weight is gathered. One
-        # hook on the root gathers what is released before the forward reads it: the parameters start released, and a
-        # step releases all of them and gathers them back in `_post_step`, which a skipped step (a NaN norm) never
-        # reaches. (DeepSpeed's parameter getter would gather them too, one at a time, each registered as an
-        # external parameter of the root.)
-        for hook in self.forward_hooks + self.backward_hooks:
-            hook.remove()
-
-        def gather_released(module, *args):
-            released = [p for p in params if p.ds_status == ZeroParamStatus.NOT_AVAILABLE]
-            if released:
-                released[0].all_gather(released)
-
-        self.forward_hooks = [self.module.register_forward_pre_hook(gather_released)]
-        self.backward_hooks = []
-
-    return setup_zero_stage3_hooks
-
-
 def _make_zero12_one_param_gather(original):
     import torch
     from deepspeed import comm as dist
@@ -398,35 +259,61 @@ def _make_zero12_one_param_gather(original):
     return all_gather_dp_groups
 
 
-def _make_zero3_one_param_gather(original):
-    from deepspeed.accelerator import get_accelerator
-    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus, get_allgather_dtype
+def _make_zero2_reduce_at_epilogue(original):
+    def overlapping_partition_gradients_reduce_epilogue(self):
+        if getattr(self, REDUCE_AT_EPILOGUE, False):
+            # No gradient hook ran (`zero2_no_gradient_hooks`): what each would have done as its gradient arrived,
+            # done here for every gradient the backward made, in ZeRO-1's order (its `reduce_gradients`).
+            for i, group in enumerate(self.bit16_groups):
+                for param in group:
+                    if param.requires_grad and self.get_gradient_for_reduction(param) is not None:
+                        self.process_gradients(param, i)
+        original(self)
 
-    def _allgather_params_coalesced(self, param_list, hierarchy=0, quantize=False):
-        one = (
-            not quantize
-            and len(param_list) > 1
-            and not self.use_all_reduce_for_fetch_params  # an all-reduce would turn -0.0 into 0.0
-            and self.zero_param_process_group is None
-            and all(
-                p.ds_status == ZeroParamStatus.NOT_AVAILABLE
-                and p.ds_secondary_tensor is None
-                and get_allgather_dtype(p, p.ds_tensor) == p.ds_tensor.dtype
-                and self._partition_world_size(p) > 1
-                for p in param_list
-            )
+    return overlapping_partition_gradients_reduce_epilogue
+
+
+REDUCE_AT_EPILOGUE = "_hf_vit_scaling_reduce_at_epilogue"
+
+
+def _make_zero2_no_gradient_hooks(original):
+    def create_gradient_handling_hooks(self):
+        elements = sum(p.numel() for group in self.bit16_groups for p in group if p.requires_grad)
+        at_epilogue = (
+            "zero2_reduce_at_epilogue" in _INSTALLED  # the other half: it does the hooks' work
+            and self.partition_gradients
+            and not (self.overlap_comm or self.contiguous_gradients or self.use_grad_accum_attribute)
+            and not (self.cpu_offload or self.zenflow or self.has_moe_layers)
+            and self.gradient_accumulation_steps == 1
+            and elements <= self.reduce_bucket_size
         )
-        if not one:
-            return original(self, param_list, hierarchy, quantize)
-        # DeepSpeed's blocking gather (`param.all_gather(list)`: the persistent parameters after every step, a
-        # `GatheredParameters` block) launches one collective per parameter; gloo runs them one after another, a round
-        # trip each. DeepSpeed's own coalesced gather, the one its forward prefetch uses, moves the same partitions in
-        # one collective and gives each parameter its full tensor.
-        param_list[0].all_gather_coalesced(param_list).wait()
-        if not get_accelerator().resolves_data_dependency():  # as DeepSpeed's ends: the data ready for the caller
-            get_accelerator().synchronize()
+        if not at_epilogue:
+            return original(self)
+        # ZeRO-2 hooks every gradient so that a full bucket is reduced (and other ranks' gradients freed) while the
+        # backward goes on. With nothing to overlap (no side stream, `overlap_comm` off) and one bucket holding every
+        # gradient, no bucket fills before the backward ends: each hook only files its gradient, and the engine's
+        # epilogue reduces the bucket. The epilogue files them all instead (`zero2_reduce_at_epilogue`), as ZeRO-1
+        # does, with the same reductions and the same peak memory; one accumulation step a step, so every gradient
+        # present was made by this backward.
+        setattr(self, REDUCE_AT_EPILOGUE, True)
+        self._remaining_grad_acc_hooks = 0
 
-    return _allgather_params_coalesced
+    return create_gradient_handling_hooks
+
+
+def _make_cpu_numa_cores_once(original):
+    import copy
+
+    found = []
+
+    def get_numa_cores():
+        # DeepSpeed's CPU accelerator asks on every `device_count()` (ZeRO-3: once a step), each time by starting
+        # `numactl --hardware`; the machine's NUMA layout is the same all run long: asked once, a copy each time.
+        if not found:
+            found.append(original())
+        return copy.deepcopy(found[0])
+
+    return get_numa_cores
 
 
 STAGE12 = "deepspeed.runtime.zero.stage_1_and_2"
@@ -435,23 +322,29 @@ FAST_PATHS = (
     FastPath("zero12_grad_norm", STAGE12, "DeepSpeedZeroOptimizer", "get_grad_norm_direct",
              "72af0993ad8cde2c", _make_zero12_grad_norm),
     FastPath("zero3_grad_norm", STAGE3, "DeepSpeedZeroOptimizer_Stage3", "get_grad_norm_direct",
-             "5ba2252d5f16b541", _make_zero3_grad_norm),
+             "5ba2252d5f16b541", make_zero3_grad_norm),
     FastPath("zero12_bit16_views", STAGE12, "DeepSpeedZeroOptimizer", "_update_model_bit16_weights",
              "f6e3c0c53b4a7e06", _make_zero12_bit16_views),
     FastPath("zero12_single_rank_reduce", STAGE12, "DeepSpeedZeroOptimizer", "allreduce_and_copy",
              "1db38d57186c09f4", _make_zero12_single_rank_reduce),
     FastPath("zero3_single_rank_reduce_scatter", STAGE3, None, "reduce_scatter_coalesced",
-             "d05c7b944514f710", _make_zero3_single_rank_reduce_scatter),
+             "d05c7b944514f710", make_zero3_single_rank_reduce_scatter),
     FastPath("zero12_grouped_norm", STAGE12, "DeepSpeedZeroOptimizer", "scaled_global_norm",
              "63c6a6fe100c4e49", _make_zero12_grouped_norm),
     FastPath("zero12_one_param_gather", STAGE12, None, "all_gather_dp_groups",
              "87c5e3c4215b8194", _make_zero12_one_param_gather),
     FastPath("zero3_one_param_gather", "deepspeed.runtime.zero.partition_parameters", "Init",
-             "_allgather_params_coalesced", "774cce0650d208bb", _make_zero3_one_param_gather),
+             "_allgather_params_coalesced", "774cce0650d208bb", make_zero3_one_param_gather),
     FastPath("zero3_grouped_norm", STAGE3, "DeepSpeedZeroOptimizer_Stage3", "_get_norm_groups",
-             "6a068faa3149b1f4", _make_zero3_grouped_norm),
+             "6a068faa3149b1f4", make_zero3_grouped_norm),
     FastPath("zero3_whole_module_hooks", "deepspeed.runtime.zero.parameter_offload", "DeepSpeedZeRoOffload",
-             "setup_zero_stage3_hooks", "1ec65cef74df86a1", _make_zero3_whole_module_hooks),
+             "setup_zero_stage3_hooks", "1ec65cef74df86a1", make_zero3_whole_module_hooks),
+    FastPath("zero2_reduce_at_epilogue", STAGE12, "DeepSpeedZeroOptimizer",
+             "overlapping_partition_gradients_reduce_epilogue", "7a5f8e7981c0e2c9", _make_zero2_reduce_at_epilogue),
+    FastPath("zero2_no_gradient_hooks", STAGE12, "DeepSpeedZeroOptimizer", "create_gradient_handling_hooks",
+             "b84ceb8d3356fbed", _make_zero2_no_gradient_hooks),  # after zero2_reduce_at_epilogue, which it needs
+    FastPath("cpu_numa_cores_once", "deepspeed.utils.numa", None, "get_numa_cores",
+             "96d75b0d4ea6627e", _make_cpu_numa_cores_once),
 )  # fmt: skip
 
 _INSTALLED: dict[str, tuple[object, object]] = {}  # name -> (owner, original)

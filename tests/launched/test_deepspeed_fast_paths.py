@@ -1,8 +1,9 @@
 """DeepSpeed's fast paths (`hf_vit_scaling.parallel.deepspeed_fast_paths`) change the time, not the numbers: ZeRO-1, 2
 and 3 runs of the same model and data, with DeepSpeed's own code and with the fast paths, log the same losses and
-gradient norms and end with the same weights, bit for bit: on one process (the world-of-one reductions, the fp64 norm
-and the skipped re-pointing all run) and on two (torchrun over gloo: one all-reduce for the groups' norms, one
-gather of the updated weights, one gather of ZeRO-3's persistent parameters, each counted)."""
+gradient norms and end with the same weights, bit for bit: on one process (the world-of-one reductions, the fp64
+norm, the skipped re-pointing and ZeRO-2's reduction at the epilogue all run) and on two (torchrun over gloo: one
+all-reduce for the groups' norms, one gather of the updated weights, one gather of ZeRO-3's persistent parameters,
+each counted)."""
 
 import sys
 
@@ -13,7 +14,8 @@ from tests.helpers.launchers import WORKERS, launcher_cmd, run
 
 pytestmark = pytest.mark.distributed
 ZERO12_PATHS = ("zero12_grad_norm", "zero12_bit16_views", "zero12_single_rank_reduce")
-ZERO3_PATHS = ("zero3_grad_norm", "zero3_single_rank_reduce_scatter")
+ZERO2_PATHS = (*ZERO12_PATHS, "zero2_reduce_at_epilogue")
+ZERO3_PATHS = ("zero3_grad_norm", "zero3_single_rank_reduce_scatter", "cpu_numa_cores_once")
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +53,19 @@ def test_fast_paths_train_deepspeed_s_numbers_bit_for_bit(runs, stage):
     own, fast = runs[f"zero{stage}-deepspeed"], runs[f"zero{stage}-fast"]
     assert_same_numbers(own, fast, stage)
     # every fast path of the stage ran each step (a world of one, fp32 gradients): the equality above is theirs
-    expected = {1: ZERO12_PATHS, 2: ZERO12_PATHS, 3: ZERO3_PATHS, "3-whole": ZERO3_PATHS}[stage]
+    expected = {1: ZERO12_PATHS, 2: ZERO2_PATHS, 3: ZERO3_PATHS, "3-whole": ZERO3_PATHS}[stage]
     assert {name: fast["calls"].get(name, 0) >= 4 for name in expected} == dict.fromkeys(expected, True), fast["calls"]
+    # a world of one all-reduces nothing: not the gradient buckets, not the norm's sum (DeepSpeed: 2 or 3 a step)
+    assert fast["collectives"].get("all_reduce", 0) == 0 < own["collectives"]["all_reduce"], (fast, own)
+
+
+def test_zero2_with_one_bucket_and_nothing_to_overlap_hooks_no_gradient(runs, two_process_runs):
+    """ZeRO-2 with every gradient in one bucket and no overlap: no hook per gradient (DeepSpeed: one per tensor),
+    the epilogue files them; the numbers are the bit-for-bit tests' ZeRO-2 on one process and on two."""
+    for results in (runs, two_process_runs):
+        own, fast = results["zero2-deepspeed"], results["zero2-fast"]
+        assert fast["gradient_hooks"] == 0 < own["gradient_hooks"], (fast["gradient_hooks"], own["gradient_hooks"])
+        assert fast["calls"]["zero2_no_gradient_hooks"] == 1 and fast["calls"]["zero2_reduce_at_epilogue"] == 4
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3, "3-whole"])

@@ -69,6 +69,7 @@ def train(stage: int, whole: bool = False) -> dict:
     )
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config(stage, whole))
     hooks = engine.optimizer.parameter_offload.forward_hooks if stage == 3 else []
+    gradient_hooks = len(engine.optimizer._grad_acc_hooks) if stage < 3 else None
     data = torch.Generator().manual_seed(1 + torch.distributed.get_rank())
     losses, norms = [], []
     for step in range(STEPS):
@@ -81,7 +82,13 @@ def train(stage: int, whole: bool = False) -> dict:
         norms.append(torch.as_tensor(engine.get_global_grad_norm()).clone())
     with deepspeed.zero.GatheredParameters(list(engine.module.parameters()), enabled=stage == 3):
         weights = {name: p.detach().clone() for name, p in engine.module.named_parameters()}
-    return {"losses": losses, "norms": norms, "weights": weights, "module_hooks": len(hooks)}
+    return {
+        "losses": losses,
+        "norms": norms,
+        "weights": weights,
+        "module_hooks": len(hooks),
+        "gradient_hooks": gradient_hooks,
+    }
 
 
 def count_calls(calls: dict) -> None:

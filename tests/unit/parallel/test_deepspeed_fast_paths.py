@@ -100,3 +100,50 @@ def test_bit16_views_are_skipped_only_while_every_parameter_is_its_slice():
     params[1].data = torch.zeros(3)  # a load replaced one: DeepSpeed's method runs and points it back
     replacement(optimizer, 0)
     assert calls == [0, 0] and flat.data_ptr() <= params[1].data_ptr() < flat.data_ptr() + flat.numel() * 4
+
+
+def test_numa_cores_are_asked_once_and_each_caller_gets_its_own_copy():
+    asked = []
+
+    def numactl():
+        asked.append(1)
+        return [[0, 1], [2, 3]]
+
+    get_numa_cores = fast._make_cpu_numa_cores_once(numactl)
+    first = get_numa_cores()
+    first[0].append(99)  # a caller's change stays its own
+    assert get_numa_cores() == [[0, 1], [2, 3]] and len(asked) == 1
+
+
+def _zero2_optimizer(**changes) -> SimpleNamespace:
+    """What `create_gradient_handling_hooks` reads: the recipe's CPU ZeRO-2 (one bucket, nothing to overlap)."""
+    params = [torch.nn.Parameter(torch.randn(s)) for s in ((4, 3), (3,))]
+    fields = dict(
+        bit16_groups=[params], partition_gradients=True, overlap_comm=False, contiguous_gradients=False,
+        use_grad_accum_attribute=False, cpu_offload=False, zenflow=False, has_moe_layers=False,
+        gradient_accumulation_steps=1, reduce_bucket_size=15,
+    )  # fmt: skip
+    return SimpleNamespace(**{**fields, **changes})
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{}, {"reduce_bucket_size": 14}, {"gradient_accumulation_steps": 2}, {"overlap_comm": True},
+     {"contiguous_gradients": True}, {"partition_gradients": False}, {"cpu_offload": True}],
+)  # fmt: skip
+def test_zero2_gradient_hooks_go_only_with_one_bucket_one_micro_step_and_nothing_to_overlap(monkeypatch, change):
+    """15 elements: a 14-element bucket would fill during the backward (a hook reduces it there, freeing memory); two
+    accumulation steps would leave earlier gradients the epilogue cannot tell from this backward's."""
+    made = []
+    monkeypatch.setattr(fast, "_INSTALLED", {"zero2_reduce_at_epilogue": None})
+    optimizer = _zero2_optimizer(**change)
+    fast._make_zero2_no_gradient_hooks(lambda self: made.append(self))(optimizer)
+    hookless = getattr(optimizer, fast.REDUCE_AT_EPILOGUE, False)
+    assert (hookless, made) == ((True, []) if not change else (False, [optimizer]))
+
+
+def test_zero2_gradient_hooks_stay_without_the_epilogue_that_does_their_work(monkeypatch):
+    made = []
+    monkeypatch.setattr(fast, "_INSTALLED", {})
+    fast._make_zero2_no_gradient_hooks(lambda self: made.append(self))(_zero2_optimizer())
+    assert len(made) == 1

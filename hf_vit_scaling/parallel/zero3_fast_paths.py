@@ -1,0 +1,194 @@
+"""ZeRO-3's fast paths, and the multi-tensor norm ZeRO-1/2's use too: replacements that
+`hf_vit_scaling.parallel.deepspeed_fast_paths` pins and installs (what each does and why it computes DeepSpeed's
+numbers: that module's docstring)."""
+
+from __future__ import annotations
+
+
+def norms_in(tensors, dtype):
+    """Each tensor's L2 norm computed in `dtype` (DeepSpeed's `get_norm_dtype()`: fp64 where the device has it), as
+    DeepSpeed's `vector_norm(t.to(dtype))` per tensor gives it, without the fp64 copy of every gradient: one
+    multi-tensor norm that accumulates in `dtype` (bit for bit the same on the CPU: the unit test)."""
+    import torch
+
+    if all(t.dtype == tensors[0].dtype for t in tensors) and tensors[0].dtype in (torch.float32, torch.float64):
+        return torch._foreach_norm(tensors, 2.0, dtype=dtype)
+    return torch._foreach_norm([t.to(dtype) for t in tensors], 2.0)
+
+
+def _zero3_local_square_sum(optimizer, gradients, params):
+    """This rank's part of a ZeRO-3 group's squared L2 gradient norm, as DeepSpeed's `get_grad_norm_direct` sums it
+    before its all-reduce, with the group it is all-reduced over and whether every rank's part counts (DeepSpeed's
+    `_grad_norm_counts_every_rank`); None where its selection keeps no gradient."""
+    import torch
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.runtime.utils import is_model_parallel_parameter
+    from deepspeed.runtime.zero.utils import get_norm_dtype
+
+    optimizer._assert_same_partition_group(params)
+    process_group = optimizer._get_param_partition_group(params[0])
+    counts_every_rank = optimizer._grad_norm_counts_every_rank(params, process_group)
+    device, dtype = get_accelerator().device_name(), get_norm_dtype()
+    here = torch.device(get_accelerator().current_device_name())  # where .to(device) puts a tensor
+    selected = [
+        g if g.device == here else g.to(device, non_blocking=True)
+        for g, p in zip(gradients, params)
+        if counts_every_rank or is_model_parallel_parameter(p) or optimizer.model_parallel_rank == 0
+    ]
+    if not selected:
+        return None
+    return torch.sum(torch.pow(torch.stack(norms_in(selected, dtype)), 2.0)), process_group, counts_every_rank
+
+
+def _zero3_norms_from_sums(optimizer, sums):
+    """DeepSpeed's end of `get_grad_norm_direct` on the all-reduced sums: the square root, and -1 for inf/NaN."""
+    import torch
+
+    total_norm = sums ** (1.0 / 2.0)
+    inf_or_nan = total_norm.isnan().logical_or(total_norm.isinf())
+    return torch.where(inf_or_nan, torch.tensor(-1.0, device=optimizer.device, dtype=torch.float), total_norm)
+
+
+def make_zero3_grad_norm(original):
+    from deepspeed import comm as dist
+    from deepspeed.comm import pg_utils
+
+    def get_grad_norm_direct(self, gradients, params, norm_type=2):
+        if float(norm_type) != 2.0:
+            return original(self, gradients, params, norm_type)
+        local = _zero3_local_square_sum(self, gradients, params)
+        if local is None:
+            return original(self, gradients, params, norm_type)
+        total_norm_cuda, process_group, counts_every_rank = local
+        if dist.get_world_size(group=process_group) > 1:  # a sum over one rank is the rank's own
+            dist.all_reduce(total_norm_cuda, op=dist.ReduceOp.SUM, group=process_group)
+        if not counts_every_rank:
+            self._model_parallel_all_reduce(tensor=total_norm_cuda, op=dist.ReduceOp.SUM)
+        autoep_ep_group = self._autoep_expert_parallel_group(params)
+        if pg_utils.is_parallel(autoep_ep_group):
+            dist.all_reduce(total_norm_cuda, op=dist.ReduceOp.SUM, group=autoep_ep_group)
+        return _zero3_norms_from_sums(self, total_norm_cuda)
+
+    return get_grad_norm_direct
+
+
+def make_zero3_grouped_norm(original):
+    import torch
+    from deepspeed import comm as dist
+    from deepspeed.comm import pg_utils
+
+    def _get_norm_groups(self):
+        groups = range(len(self.fp16_groups))
+        if (
+            len(groups) < 2
+            or dist.get_world_size(group=self.dp_process_group) == 1  # so is every partition group within it
+            or self.offload_optimizer
+            or any(self._muon_update_lacks_loss_scale(i) for i in groups)
+        ):
+            return original(self)  # before any sum: the original computes its own
+        parts = [_zero3_local_square_sum(self, self.averaged_gradients[i], self.fp16_groups[i]) for i in groups]
+        if any(part is None for part in parts):
+            return original(self)
+        sums, process_groups, counts = zip(*parts)
+        one = (
+            all(group is process_groups[0] for group in process_groups)
+            and len(set(counts)) == 1
+            and dist.get_world_size(group=process_groups[0]) > 1
+            and not any(pg_utils.is_parallel(self._autoep_expert_parallel_group(self.fp16_groups[i])) for i in groups)
+        )
+        if not one:
+            return original(self)
+        # DeepSpeed all-reduces each sub-group's sum on its own (`get_grad_norm_direct`, 2 groups under the Trainer:
+        # decay and no decay): the same sums, elementwise, in one all-reduce of the stacked sums.
+        totals = torch.stack(sums)
+        dist.all_reduce(totals, op=dist.ReduceOp.SUM, group=process_groups[0])
+        if not counts[0]:
+            self._model_parallel_all_reduce(tensor=totals, op=dist.ReduceOp.SUM)
+        return list(_zero3_norms_from_sums(self, totals).unbind())
+
+    return _get_norm_groups
+
+
+def make_zero3_single_rank_reduce_scatter(original):
+    import torch
+    from deepspeed import comm as dist
+
+    def reduce_scatter_coalesced(tensors, group=None):
+        if dist.get_world_size(group) != 1:
+            return original(tensors, group)
+        # DeepSpeed's result on one rank: each tensor's values (divided by 1, reduced over one rank) as views of one
+        # flat buffer; the buffer is the tensor itself when there is one (DeepSpeed's own shortcut), else a copy.
+        flat = tensors[0].view(-1) if len(tensors) == 1 else torch.cat([t.view(-1) for t in tensors])
+        outputs, offset = [], 0
+        for tensor in tensors:
+            outputs.append(flat.narrow(0, offset, tensor.numel()))
+            offset += tensor.numel()
+        return outputs
+
+    return reduce_scatter_coalesced
+
+
+def make_zero3_whole_module_hooks(original):
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+    def setup_zero_stage3_hooks(self):
+        original(self)
+        params = list(self.module.parameters())
+        whole = (
+            self.offload_device is None
+            and not self.zenflow
+            and params
+            and all(getattr(p, "ds_persist", False) for p in params)
+        )
+        if not whole:
+            return
+        # Every parameter persistent (the recipe's resolution on one process, and on several for a model whose tensors
+        # are all under DeepSpeed's persistence threshold): the per-module hooks would fetch and release nothing, so
+        # they go, as DeepSpeed's own `unwrap_model_for_generation` removes them while every weight is gathered. One
+        # hook on the root gathers what is released before the forward reads it: the parameters start released, and a
+        # step releases all of them and gathers them back in `_post_step`, which a skipped step (a NaN norm) never
+        # reaches. (DeepSpeed's parameter getter would gather them too, one at a time, each registered as an
+        # external parameter of the root.)
+        for hook in self.forward_hooks + self.backward_hooks:
+            hook.remove()
+
+        def gather_released(module, *args):
+            released = [p for p in params if p.ds_status == ZeroParamStatus.NOT_AVAILABLE]
+            if released:
+                released[0].all_gather(released)
+
+        self.forward_hooks = [self.module.register_forward_pre_hook(gather_released)]
+        self.backward_hooks = []
+
+    return setup_zero_stage3_hooks
+
+
+def make_zero3_one_param_gather(original):
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus, get_allgather_dtype
+
+    def _allgather_params_coalesced(self, param_list, hierarchy=0, quantize=False):
+        one = (
+            not quantize
+            and len(param_list) > 1
+            and not self.use_all_reduce_for_fetch_params  # an all-reduce would turn -0.0 into 0.0
+            and self.zero_param_process_group is None
+            and all(
+                p.ds_status == ZeroParamStatus.NOT_AVAILABLE
+                and p.ds_secondary_tensor is None
+                and get_allgather_dtype(p, p.ds_tensor) == p.ds_tensor.dtype
+                and self._partition_world_size(p) > 1
+                for p in param_list
+            )
+        )
+        if not one:
+            return original(self, param_list, hierarchy, quantize)
+        # DeepSpeed's blocking gather (`param.all_gather(list)`: the persistent parameters after every step, a
+        # `GatheredParameters` block) launches one collective per parameter; gloo runs them one after another, a round
+        # trip each. DeepSpeed's own coalesced gather, the one its forward prefetch uses, moves the same partitions in
+        # one collective and gives each parameter its full tensor.
+        param_list[0].all_gather_coalesced(param_list).wait()
+        if not get_accelerator().resolves_data_dependency():  # as DeepSpeed's ends: the data ready for the caller
+            get_accelerator().synchronize()
+
+    return _allgather_params_coalesced
