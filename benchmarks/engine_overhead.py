@@ -11,9 +11,11 @@ shipped), and ZeRO-2/ZeRO-3 "auto" as transformers alone fills them (hidden^2 bu
 10 x hidden persistence, DeepSpeed's throughput timer on, no leaf module, overlap_comm and contiguous_gradients
 on, DeepSpeed's own per-tensor loops (`HF_VIT_SCALING_DEEPSPEED_FAST_PATHS=0`): the behaviour before the resolution),
 and ZeRO-1/2/3 "own": the resolved values with DeepSpeed's own per-tensor loops (what the fast paths add on top),
-written out as numbers so the project leaves them. Every arm runs in its own fresh process(es); per round the arms
-run in turn, the order reversed every other round, so a drift of the machine falls on all alike; reported: the
-median over rounds of each arm's step time and of its ratio to the same round's plain Trainer.
+written out as numbers so the project leaves them. Every arm runs in its own fresh process(es). Per round the arms
+of one world size start together and take turns, `--turn_steps` optimizer steps at a time (`Turns`: the waiting
+arms block on a FIFO, outside every timed step), the order reversed every other round, so a slow phase of the
+machine falls on all alike (`--turn_steps 0`: the arms one after another); reported: the median over rounds of each
+arm's step time and of its ratio to the same round's plain Trainer.
 
 Counted (one more run per arm, `--count_steps` steps after the warm-up, counters installed in every process before
 the recipe starts): per step and rank, DeepSpeed's gradient-bucket flushes (`reduce_ipg_grads`, stage 3's
@@ -30,6 +32,7 @@ import argparse
 import json
 import os
 import runpy
+import signal
 import statistics
 import subprocess
 import sys
@@ -135,22 +138,8 @@ def run_together(args, names: list[str], nproc: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as folder:
         Turns.prepare(folder, len(names), nproc)
         running = []
-        for arm, name in enumerate(names):
-            out = os.path.join(folder, name)
-            launcher = launch_command("torchrun" if nproc > 1 else "python", nproc, get_free_port())
-            turns = [__file__, "--turns", folder, "--arm", str(arm), "--arms", str(len(names)),
-                     "--turn_steps", str(args.turn_steps), "--"]  # fmt: skip
-            model = (args.model_preset, args.image_size, args.batch_size)
-            cmd = [
-                *launcher,
-                *turns,
-                *recipe_argv(args, nproc, out, args.steps, model),
-                *engine_flags(name, args.hidden, out),
-            ]
-            log = open(os.path.join(folder, f"{name}.log"), "w", encoding="utf-8")
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=arm_env(args, name, nproc))
-            running.append((name, log, proc))
         try:
+            start_arms(args, names, nproc, folder, running)
             while any(proc.poll() is None for _, _, proc in running):
                 failed = [name for name, _, proc in running if proc.returncode not in (None, 0)]
                 if failed:  # the others would wait for its turn for ever
@@ -162,13 +151,35 @@ def run_together(args, names: list[str], nproc: int) -> dict[str, float]:
         finally:
             for _, log, proc in running:
                 if proc.poll() is None:
-                    proc.kill()
+                    os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
                 log.close()
         return {
             name: load_throughput_report(os.path.join(folder, name, "throughput.json"))["step_time_s"]["median"]
             for name in names
         }
+
+
+def start_arms(args, names: list[str], nproc: int, folder: str, running: list) -> None:
+    """Start every arm's processes (they wait for their turn, `Turns`), each appended to `running` as it starts so
+    the caller can stop all of them if one fails."""
+    for arm, name in enumerate(names):
+        out = os.path.join(folder, name)
+        os.makedirs(out)  # before engine_flags writes an "auto" arm's config there
+        launcher = launch_command("torchrun" if nproc > 1 else "python", nproc, get_free_port())
+        turns = [__file__, "--turns", folder, "--arm", str(arm), "--arms", str(len(names)),
+                 "--turn_steps", str(args.turn_steps), "--"]  # fmt: skip
+        model = (args.model_preset, args.image_size, args.batch_size)
+        cmd = [
+            *launcher,
+            *turns,
+            *recipe_argv(args, nproc, out, args.steps, model),
+            *engine_flags(name, args.hidden, out),
+        ]
+        log = open(os.path.join(folder, f"{name}.log"), "w", encoding="utf-8")
+        env = arm_env(args, name, nproc)  # its own session: a stop reaches torchrun's ranks too (os.killpg)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        running.append((name, log, proc))
 
 
 def tail_of(folder: str, name: str) -> str:

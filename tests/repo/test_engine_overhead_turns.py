@@ -1,0 +1,63 @@
+"""benchmarks/engine_overhead.py's `Turns`: arms started together run their steps in turns, never at once. Two arms of
+two processes each (as two-process arms are), `steps` 2 at a time, each process writing when each of its steps began
+and ended; an arm's ranks take their turn together, and every arm waits for the others before it ends."""
+
+import json
+import subprocess
+import sys
+
+from tests.helpers.launchers import REPO
+
+STEP = """
+import json, sys, time
+sys.path.insert(0, {benchmarks!r})
+from engine_overhead import Turns
+folder, arm, rank, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+turns = Turns(folder, arm, arms=2, ranks=2, steps=2)
+turns.start(rank)
+marks = []
+for step in range(steps):
+    begin = time.monotonic()
+    time.sleep(0.02 * (1 + arm))  # arm 1's steps are slower: a turn must still wait for them
+    marks.append((begin, time.monotonic()))
+    turns.step_ended(last=step == steps - 1)
+marks.append(time.monotonic())  # when it returned from its last step
+print(json.dumps(marks))
+"""
+
+
+def run_arms(folder, steps: int) -> dict:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from engine_overhead import Turns
+
+    Turns.prepare(str(folder), arms=2, ranks=2)
+    script = STEP.format(benchmarks=str(REPO / "benchmarks"))
+    procs = {
+        (arm, rank): subprocess.Popen(
+            [sys.executable, "-c", script, str(folder), str(arm), str(rank), str(steps)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for arm in (1, 0)  # arm 1 ready first: arm 0 still goes first
+        for rank in (0, 1)
+    }
+    marks = {}
+    for key, proc in procs.items():
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0
+        marks[key] = json.loads(out)
+    return marks
+
+
+def test_arms_take_turns_and_wait_for_each_other_at_the_end(tmp_path):
+    marks = run_arms(tmp_path, steps=5)
+    steps = sorted((begin, end, arm) for (arm, _), m in marks.items() for begin, end in m[:-1])
+    # at no time do the two arms step at once
+    for (_, end, arm), (begin, _, next_arm) in zip(steps, steps[1:]):
+        assert arm == next_arm or end <= begin, steps
+    # turns of 2 steps, arm 0 first, the last turn of 1 step (5 steps each): per arm's rank 0, in time order
+    order = [arm for _, _, arm in sorted((b, e, a) for (a, r), m in marks.items() if r == 0 for b, e in m[:-1])]
+    assert order == [0, 0, 1, 1, 0, 0, 1, 1, 0, 1]
+    # no process returns from its last step before every arm has run all of its steps
+    last_step_end = max(end for _, end, _ in steps)
+    assert min(m[-1] for m in marks.values()) >= last_step_end
