@@ -110,13 +110,10 @@ def recipe_argv(args, nproc: int, out: str, steps: int, model: tuple[str, int, i
 def run_arm(args, name: str, nproc: int, count: bool = False, model=None) -> dict:
     """One run of arm `name` on `nproc` processes: its throughput report's median step time, and with `count` the
     per-step counts of every rank (`Counters`)."""
-    model = model or (args.model_preset, args.image_size, args.batch_size)
-    hidden = 768 if model[0] == "vit-b-16" else args.hidden
     with tempfile.TemporaryDirectory() as out:
         steps = args.count_steps if count else args.steps
-        launcher = launch_command("torchrun" if nproc > 1 else "python", nproc, get_free_port())
-        probe = [__file__, "--probe", out, "--probe_warmup", str(args.warmup), "--"] if count else []
-        cmd = [*launcher, *probe, *recipe_argv(args, nproc, out, steps, model), *engine_flags(name, hidden, out)]
+        probe = ["--probe", out, "--probe_warmup", str(args.warmup)] if count else []
+        cmd = arm_command(args, name, nproc, out, steps, probe, model)
         proc = subprocess.run(cmd, capture_output=True, text=True, env=arm_env(args, name, nproc))
         if proc.returncode != 0:
             raise RuntimeError(f"{name} on {nproc} process(es) failed:\n{proc.stderr[-3000:]}")
@@ -132,6 +129,16 @@ def run_arm(args, name: str, nproc: int, count: bool = False, model=None) -> dic
     return result
 
 
+def arm_command(args, name: str, nproc: int, out: str, steps: int, through: list[str], model=None) -> list[str]:
+    """The launch command of arm `name`: the recipe under its launcher, run through this script (`--probe`,
+    `--turns`) when `through` names how."""
+    model = model or (args.model_preset, args.image_size, args.batch_size)
+    hidden = 768 if model[0] == "vit-b-16" else args.hidden
+    launcher = launch_command("torchrun" if nproc > 1 else "python", nproc, get_free_port())
+    wrapper = [__file__, *through, "--"] if through else []
+    return [*launcher, *wrapper, *recipe_argv(args, nproc, out, steps, model), *engine_flags(name, hidden, out)]
+
+
 def run_together(args, names: list[str], nproc: int) -> dict[str, float]:
     """One round of the arms `names` on `nproc` processes each, started together and taking turns `--turn_steps`
     steps at a time in this order (`Turns`): {name: median step seconds}."""
@@ -140,14 +147,14 @@ def run_together(args, names: list[str], nproc: int) -> dict[str, float]:
         running = []
         try:
             start_arms(args, names, nproc, folder, running)
-            while any(proc.poll() is None for _, _, proc in running):
-                failed = [name for name, _, proc in running if proc.returncode not in (None, 0)]
-                if failed:  # the others would wait for its turn for ever
+            while True:
+                codes = {name: proc.poll() for name, _, proc in running}
+                failed = [name for name, code in codes.items() if code not in (None, 0)]
+                if failed:  # stop at once: the others would wait for its turn for ever
                     raise RuntimeError(f"{failed[0]} on {nproc} process(es) failed:\n" + tail_of(folder, failed[0]))
+                if None not in codes.values():
+                    break
                 time.sleep(0.5)
-            failed = [name for name, _, proc in running if proc.returncode != 0]
-            if failed:
-                raise RuntimeError(f"{failed[0]} on {nproc} process(es) failed:\n" + tail_of(folder, failed[0]))
         finally:
             for _, log, proc in running:
                 if proc.poll() is None:
@@ -166,16 +173,8 @@ def start_arms(args, names: list[str], nproc: int, folder: str, running: list) -
     for arm, name in enumerate(names):
         out = os.path.join(folder, name)
         os.makedirs(out)  # before engine_flags writes an "auto" arm's config there
-        launcher = launch_command("torchrun" if nproc > 1 else "python", nproc, get_free_port())
-        turns = [__file__, "--turns", folder, "--arm", str(arm), "--arms", str(len(names)),
-                 "--turn_steps", str(args.turn_steps), "--"]  # fmt: skip
-        model = (args.model_preset, args.image_size, args.batch_size)
-        cmd = [
-            *launcher,
-            *turns,
-            *recipe_argv(args, nproc, out, args.steps, model),
-            *engine_flags(name, args.hidden, out),
-        ]
+        turns = ["--turns", folder, "--arm", str(arm), "--arms", str(len(names)), "--turn_steps", str(args.turn_steps)]
+        cmd = arm_command(args, name, nproc, out, args.steps, turns)
         log = open(os.path.join(folder, f"{name}.log"), "w", encoding="utf-8")
         env = arm_env(args, name, nproc)  # its own session: a stop reaches torchrun's ranks too (os.killpg)
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
