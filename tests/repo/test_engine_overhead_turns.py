@@ -18,7 +18,7 @@ turns.start(rank)
 marks = []
 for step in range(steps):
     begin = time.monotonic()
-    time.sleep(0.02 * (1 + arm))  # arm 1's steps are slower: a turn must still wait for them
+    time.sleep(0.02 * (1 + arm) + 0.03 * rank)  # slower arm 1, slower rank 1: a turn waits for the arm's last rank
     marks.append((begin, time.monotonic()))
     turns.step_ended(last=step == steps - 1)
 marks.append(time.monotonic())  # when it returned from its last step
