@@ -39,6 +39,11 @@ on two) and calls the original where its condition does not hold:
   every gradient, as ZeRO-1 does, and reduces the bucket as before. On two processes each element is still the sum
   of the same two values (tested bit for bit); on more, the bucket's other order may give the ring's sum another
   order, a difference in the last bit at most, as for the grouped norms;
+- `zero3_whole_through_step` (with its `_release` and `_gather` parts): the same ZeRO-3 case as
+  `zero3_whole_module_hooks`: DeepSpeed releases every parameter at a step's start and gathers all of them back into
+  new tensors at its end; they stay, and the updated partitions are gathered into them in place, one collective (the
+  same bytes). Only the step's own release is left out (a checkpoint's is DeepSpeed's); the first part marks the step
+  only while the other two are installed;
 - `cpu_numa_cores_once`: DeepSpeed's CPU accelerator starts `numactl --hardware` at every `device_count()`
   (ZeRO-3 asks once a step); asked once.
 
@@ -61,6 +66,9 @@ from hf_vit_scaling.parallel.zero3_fast_paths import (
     make_zero3_grouped_norm,
     make_zero3_one_param_gather,
     make_zero3_single_rank_reduce_scatter,
+    make_zero3_step_begins_whole,
+    make_zero3_step_ends_whole,
+    make_zero3_step_keeps_whole,
     make_zero3_whole_module_hooks,
     norms_in,
 )
@@ -316,6 +324,10 @@ def _make_cpu_numa_cores_once(original):
     return get_numa_cores
 
 
+def _other_halves_installed() -> bool:
+    return {"zero3_whole_through_step_release", "zero3_whole_through_step_gather"} <= _INSTALLED.keys()
+
+
 STAGE12 = "deepspeed.runtime.zero.stage_1_and_2"
 STAGE3 = "deepspeed.runtime.zero.stage3"
 FAST_PATHS = (
@@ -343,6 +355,12 @@ FAST_PATHS = (
              "overlapping_partition_gradients_reduce_epilogue", "7a5f8e7981c0e2c9", _make_zero2_reduce_at_epilogue),
     FastPath("zero2_no_gradient_hooks", STAGE12, "DeepSpeedZeroOptimizer", "create_gradient_handling_hooks",
              "b84ceb8d3356fbed", _make_zero2_no_gradient_hooks),  # after zero2_reduce_at_epilogue, which it needs
+    FastPath("zero3_whole_through_step", STAGE3, "DeepSpeedZeroOptimizer_Stage3", "_pre_step",
+             "6a560fa097ab03bb", lambda original: make_zero3_step_begins_whole(original, _other_halves_installed)),
+    FastPath("zero3_whole_through_step_release", STAGE3, "DeepSpeedZeroOptimizer_Stage3", "_partition_all_parameters",
+             "5612df89a66654a6", make_zero3_step_keeps_whole),
+    FastPath("zero3_whole_through_step_gather", STAGE3, "DeepSpeedZeroOptimizer_Stage3", "_post_step",
+             "d993f8fa66f06633", make_zero3_step_ends_whole),
     FastPath("cpu_numa_cores_once", "deepspeed.utils.numa", None, "get_numa_cores",
              "96d75b0d4ea6627e", _make_cpu_numa_cores_once),
 )  # fmt: skip

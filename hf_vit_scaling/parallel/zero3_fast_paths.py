@@ -159,6 +159,7 @@ def make_zero3_whole_module_hooks(original):
 
         self.forward_hooks = [self.module.register_forward_pre_hook(gather_released)]
         self.backward_hooks = []
+        setattr(self, WHOLE_MODULE, True)  # what `zero3_whole_through_step` asks
 
     return setup_zero_stage3_hooks
 
@@ -192,3 +193,93 @@ def make_zero3_one_param_gather(original):
             get_accelerator().synchronize()
 
     return _allgather_params_coalesced
+
+
+# ----------------------------------------------------------------- ZeRO-3: every parameter whole through a step
+
+WHOLE_MODULE = "_hf_vit_scaling_whole_module"  # on DeepSpeedZeRoOffload: `zero3_whole_module_hooks` took its hooks
+THROUGH_STEP = "_hf_vit_scaling_whole_through_step"  # on the optimizer: None, "keep" (step began), "kept"
+
+
+def _stays_whole_through_step(optimizer) -> bool:
+    """Every parameter persistent and gathered, the root hook in place of the module hooks, nothing offloaded,
+    quantized or kept a second time (ZeRO++), one partition group: DeepSpeed's release of every parameter at a step's
+    start and its gather of all of them at its end can be one in-place refresh."""
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus, get_allgather_dtype
+
+    params = optimizer.persistent_parameters
+    group = optimizer._get_param_partition_group(params[0]) if params else None
+    return (
+        bool(params)
+        and getattr(optimizer.parameter_offload, WHOLE_MODULE, False)
+        and not (optimizer.offload_optimizer or optimizer.offload_param or optimizer.swap_optimizer)
+        and len(params) == sum(1 for _ in optimizer.module.parameters())
+        and all(
+            p.ds_status == ZeroParamStatus.AVAILABLE
+            and p.ds_secondary_tensor is None
+            and not hasattr(p.ds_tensor, "ds_quant_scale")
+            and get_allgather_dtype(p, p.ds_tensor) == p.ds_tensor.dtype
+            and p.data.is_contiguous()
+            and optimizer._get_param_partition_group(p) is group
+            for p in params
+        )
+    )
+
+
+def refresh_whole_parameters(optimizer) -> None:
+    """Each persistent parameter's full tensor, written in place from every rank's updated partition: what DeepSpeed's
+    gather after the step gives it (the partitions laid end to end, rank by rank, cut to the parameter's size), in one
+    collective, without freeing and allocating every tensor."""
+    import torch
+    from deepspeed import comm as dist
+
+    params = optimizer.persistent_parameters
+    shards = [p.ds_tensor.data.view(-1) for p in params]
+    group = optimizer._get_param_partition_group(params[0])
+    world = dist.get_world_size(group=group)
+    if world == 1:  # the partition is the whole tensor
+        for p, shard in zip(params, shards):
+            if p.data.data_ptr() != shard.data_ptr():  # DeepSpeed's world-of-one gather makes it a view of it
+                p.data.view(-1).copy_(shard[: p.ds_numel])
+        return
+    mine = torch.cat(shards)
+    gathered = torch.empty(world * mine.numel(), dtype=mine.dtype, device=mine.device)
+    dist.all_gather_into_tensor(gathered, mine, group=group)
+    by_rank, offset = gathered.view(world, -1), 0
+    for p, shard in zip(params, shards):
+        full = by_rank[:, offset : offset + shard.numel()].reshape(-1)  # rank 0's partition, rank 1's, ...
+        p.data.view(-1).copy_(full[: p.ds_numel])  # the padding of the last partition cut off
+        offset += shard.numel()
+
+
+def make_zero3_step_begins_whole(original, other_halves_installed):
+    def _pre_step(self):
+        original(self)
+        keep = other_halves_installed() and _stays_whole_through_step(self)  # never the release without the refresh
+        setattr(self, THROUGH_STEP, "keep" if keep else None)
+
+    return _pre_step
+
+
+def make_zero3_step_keeps_whole(original):
+    def _partition_all_parameters(self):
+        if getattr(self, THROUGH_STEP, None) == "keep":  # the step's own call, right after `_pre_step`
+            # DeepSpeed releases every parameter here and gathers the persistent ones (here: all) back in
+            # `_post_step`; they stay, and `_post_step` refreshes them in place. A step skipped for a NaN norm ends
+            # before `_post_step`, its parameters unchanged and still whole. Any other caller (a checkpoint's
+            # save or load) gets DeepSpeed's release.
+            setattr(self, THROUGH_STEP, "kept")
+            return
+        original(self)
+
+    return _partition_all_parameters
+
+
+def make_zero3_step_ends_whole(original):
+    def _post_step(self, timer_names):
+        if getattr(self, THROUGH_STEP, None) == "kept":
+            refresh_whole_parameters(self)  # DeepSpeed's gather below then finds every parameter whole: no-op
+        setattr(self, THROUGH_STEP, None)
+        original(self, timer_names)
+
+    return _post_step

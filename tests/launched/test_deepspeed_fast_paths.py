@@ -16,6 +16,11 @@ pytestmark = pytest.mark.distributed
 ZERO12_PATHS = ("zero12_grad_norm", "zero12_bit16_views", "zero12_single_rank_reduce")
 ZERO2_PATHS = (*ZERO12_PATHS, "zero2_reduce_at_epilogue")
 ZERO3_PATHS = ("zero3_grad_norm", "zero3_single_rank_reduce_scatter", "cpu_numa_cores_once")
+WHOLE_THROUGH_STEP = (
+    "zero3_whole_through_step",
+    "zero3_whole_through_step_release",
+    "zero3_whole_through_step_gather",
+)
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +95,15 @@ def test_zero3_with_every_tensor_whole_runs_without_module_hooks(runs):
     assert runs["zero3-whole-fast"]["module_hooks"] == 1 < runs["zero3-whole-deepspeed"]["module_hooks"]
     assert runs["zero3-fast"]["module_hooks"] == runs["zero3-deepspeed"]["module_hooks"] > 1
     assert runs["zero3-whole-fast"]["calls"]["zero3_whole_module_hooks"] == 1  # once, when the engine is made
+
+
+def test_zero3_with_every_tensor_whole_keeps_them_whole_through_each_step(runs, two_process_runs):
+    """DeepSpeed releases every parameter at each step's start and gathers them back at its end; with every tensor
+    persistent they stay and are refreshed in place (the numbers are the bit-for-bit tests' "3-whole", whose NaN
+    second step is skipped before the refresh). With partitioned weights DeepSpeed's release stays."""
+    for results in (runs, two_process_runs):
+        own, fast = results["zero3-whole-deepspeed"], results["zero3-whole-fast"]
+        assert (own["releases"], fast["releases"]) == (4, 0), (own["releases"], fast["releases"])
+        assert all(fast["calls"][name] == 4 for name in WHOLE_THROUGH_STEP[:2]), fast["calls"]
+        assert fast["calls"][WHOLE_THROUGH_STEP[2]] == 3, fast["calls"]  # the skipped step ends before it
+        assert results["zero3-fast"]["releases"] == results["zero3-deepspeed"]["releases"] == 4

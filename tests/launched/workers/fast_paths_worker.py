@@ -116,23 +116,45 @@ def count_collectives(collectives: dict) -> None:
         setattr(torch.distributed, name, counted)
 
 
+def count_releases(releases: dict) -> None:
+    """Count ZeRO-3's release of every parameter (DeepSpeed's at each step's start, and for a checkpoint)."""
+    from deepspeed.runtime.zero.parameter_offload import DeepSpeedZeRoOffload
+
+    original = DeepSpeedZeRoOffload.partition_all_parameters
+
+    def counted(self):
+        releases["all"] = releases.get("all", 0) + 1
+        return original(self)
+
+    DeepSpeedZeRoOffload.partition_all_parameters = counted
+
+
 def main() -> None:
     ensure_single_process_env()  # a world of one, as the recipe declares it without a launcher (torchrun: its own)
     collectives: dict[str, int] = {}
-    count_collectives(collectives)  # before DeepSpeed's backend looks its functions up
+    releases: dict[str, int] = {}
+    count_collectives(collectives)
+    count_releases(releases)  # before DeepSpeed's backend looks its functions up
     deepspeed.init_distributed(dist_backend="gloo")
     results = {}
     runs = ((1, False, "zero1"), (2, False, "zero2"), (3, False, "zero3"), (3, True, "zero3-whole"))
     for stage, whole, name in runs:
         uninstall_deepspeed_fast_paths()
-        collectives.clear()
-        results[f"{name}-deepspeed"] = {**train(stage, whole), "collectives": dict(collectives)}
+        collectives.clear(), releases.clear()
+        own = train(stage, whole)
+        results[f"{name}-deepspeed"] = {**own, "collectives": dict(collectives), "releases": releases.get("all", 0)}
         status = install_deepspeed_fast_paths()
         assert set(status.values()) == {"on"}, status
         calls = {}
         count_calls(calls)
-        collectives.clear()
-        results[f"{name}-fast"] = {**train(stage, whole), "calls": calls, "collectives": dict(collectives)}
+        collectives.clear(), releases.clear()
+        fast = train(stage, whole)
+        results[f"{name}-fast"] = {
+            **fast,
+            "calls": calls,
+            "collectives": dict(collectives),
+            "releases": releases.get("all", 0),
+        }
     if torch.distributed.get_rank() == 0:
         torch.save(results, os.environ["OUT"])
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from hf_vit_scaling.parallel import deepspeed_fast_paths as fast
+from hf_vit_scaling.parallel import zero3_fast_paths as zero3
 
 
 def originals() -> dict:
@@ -147,3 +148,56 @@ def test_zero2_gradient_hooks_stay_without_the_epilogue_that_does_their_work(mon
     monkeypatch.setattr(fast, "_INSTALLED", {})
     fast._make_zero2_no_gradient_hooks(lambda self: made.append(self))(_zero2_optimizer())
     assert len(made) == 1
+
+
+def _zero3_whole_optimizer(**changes) -> SimpleNamespace:
+    """What `zero3_whole_through_step` reads: ZeRO-3 with both tensors persistent, gathered, the root hook in place."""
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+    module = torch.nn.Linear(3, 2)
+    for p in module.parameters():
+        p.ds_status, p.ds_secondary_tensor, p.ds_tensor = ZeroParamStatus.AVAILABLE, None, p.detach().view(-1)
+    group = object()
+    fields = dict(
+        module=module, persistent_parameters=list(module.parameters()), offload_optimizer=False, offload_param=False,
+        swap_optimizer=False, parameter_offload=SimpleNamespace(**{zero3.WHOLE_MODULE: True}),
+        _get_param_partition_group=lambda p: group,
+    )  # fmt: skip
+    return SimpleNamespace(**{**fields, **changes})
+
+
+@pytest.mark.parametrize(
+    "change", ["", "one not persistent", "one released", "no root hook", "offloaded", "two groups", "ZeRO++"]
+)
+def test_zero3_keeps_parameters_whole_through_a_step_only_when_every_one_is_whole_and_on_the_device(
+    monkeypatch, change
+):
+    """The step's release is left out only where the refresh after it rebuilds every full tensor: every parameter
+    persistent and gathered, no offload, one partition group, no second copy (ZeRO++)."""
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+    optimizer = _zero3_whole_optimizer()
+    weight, bias = optimizer.persistent_parameters
+    if change == "one not persistent":
+        optimizer.persistent_parameters = [weight]
+    elif change == "one released":
+        bias.ds_status = ZeroParamStatus.NOT_AVAILABLE
+    elif change == "no root hook":
+        optimizer.parameter_offload = SimpleNamespace()
+    elif change == "offloaded":
+        optimizer.offload_param = True
+    elif change == "two groups":
+        optimizer._get_param_partition_group = lambda p: id(p)
+    elif change == "ZeRO++":
+        bias.ds_secondary_tensor = torch.zeros(1)
+    parts = {"zero3_whole_through_step_release": None, "zero3_whole_through_step_gather": None}
+    monkeypatch.setattr(fast, "_INSTALLED", parts)
+    zero3.make_zero3_step_begins_whole(lambda self: None, fast._other_halves_installed)(optimizer)
+    assert getattr(optimizer, zero3.THROUGH_STEP) == ("keep" if not change else None)
+
+
+def test_zero3_step_release_is_never_left_out_without_the_refresh(monkeypatch):
+    monkeypatch.setattr(fast, "_INSTALLED", {"zero3_whole_through_step_release": None})  # no refresh part
+    optimizer = _zero3_whole_optimizer()
+    zero3.make_zero3_step_begins_whole(lambda self: None, fast._other_halves_installed)(optimizer)
+    assert getattr(optimizer, zero3.THROUGH_STEP) is None
