@@ -62,6 +62,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hf_vit_scaling.parallel.zero3_fast_paths import (
+    gather_rank_by_rank,
     make_zero3_grad_norm,
     make_zero3_grouped_norm,
     make_zero3_one_param_gather,
@@ -232,7 +233,6 @@ def _make_zero12_single_rank_reduce(original):
 
 
 def _make_zero12_one_param_gather(original):
-    import torch
     from deepspeed import comm as dist
 
     def all_gather_dp_groups(
@@ -257,12 +257,8 @@ def _make_zero12_one_param_gather(original):
         group = dp_process_group[shared[0]]
         world, rank = dist.get_world_size(group=group), dist.get_rank(group=group)
         mine = [partitioned_param_groups[i][rank] for i in shared]
-        gathered = torch.empty(world * sum(p.numel() for p in mine), dtype=flats[0].dtype)
-        dist.all_gather_into_tensor(gathered, torch.cat(mine), group)
-        by_rank, offset = gathered.view(world, -1), 0
-        for flat, part in zip(flats, mine):
-            flat.view(world, part.numel()).copy_(by_rank[:, offset : offset + part.numel()])
-            offset += part.numel()
+        for flat, part, by_rank in zip(flats, mine, gather_rank_by_rank(mine, group)):
+            flat.view(world, part.numel()).copy_(by_rank)
 
     return all_gather_dp_groups
 

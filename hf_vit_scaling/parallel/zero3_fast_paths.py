@@ -230,26 +230,36 @@ def refresh_whole_parameters(optimizer) -> None:
     """Each persistent parameter's full tensor, written in place from every rank's updated partition: what DeepSpeed's
     gather after the step gives it (the partitions laid end to end, rank by rank, cut to the parameter's size), in one
     collective, without freeing and allocating every tensor."""
-    import torch
     from deepspeed import comm as dist
 
     params = optimizer.persistent_parameters
     shards = [p.ds_tensor.data.view(-1) for p in params]
     group = optimizer._get_param_partition_group(params[0])
-    world = dist.get_world_size(group=group)
-    if world == 1:  # the partition is the whole tensor
+    if dist.get_world_size(group=group) == 1:  # the partition is the whole tensor
         for p, shard in zip(params, shards):
             if p.data.data_ptr() != shard.data_ptr():  # DeepSpeed's world-of-one gather makes it a view of it
                 p.data.view(-1).copy_(shard[: p.ds_numel])
         return
-    mine = torch.cat(shards)
+    for p, by_rank in zip(params, gather_rank_by_rank(shards, group)):
+        # rank 0's partition, rank 1's, ..., the padding of the last partition cut off
+        p.data.view(-1).copy_(by_rank.reshape(-1)[: p.ds_numel])
+
+
+def gather_rank_by_rank(parts, group) -> list:
+    """This rank's 1-D `parts` and every other rank's, in one all-gather: for each part a (world, its size) view of
+    the result, row r holding rank r's."""
+    import torch
+    from deepspeed import comm as dist
+
+    world = dist.get_world_size(group=group)
+    mine = torch.cat(parts)
     gathered = torch.empty(world * mine.numel(), dtype=mine.dtype, device=mine.device)
     dist.all_gather_into_tensor(gathered, mine, group=group)
-    by_rank, offset = gathered.view(world, -1), 0
-    for p, shard in zip(params, shards):
-        full = by_rank[:, offset : offset + shard.numel()].reshape(-1)  # rank 0's partition, rank 1's, ...
-        p.data.view(-1).copy_(full[: p.ds_numel])  # the padding of the last partition cut off
-        offset += shard.numel()
+    by_rank, views, offset = gathered.view(world, -1), [], 0
+    for part in parts:
+        views.append(by_rank[:, offset : offset + part.numel()])
+        offset += part.numel()
+    return views
 
 
 def make_zero3_step_begins_whole(original, other_halves_installed):

@@ -133,21 +133,23 @@ def main() -> None:
     ensure_single_process_env()  # a world of one, as the recipe declares it without a launcher (torchrun: its own)
     collectives: dict[str, int] = {}
     releases: dict[str, int] = {}
-    count_collectives(collectives)
-    count_releases(releases)  # before DeepSpeed's backend looks its functions up
+    count_collectives(collectives)  # before DeepSpeed's backend looks its functions up
+    count_releases(releases)
     deepspeed.init_distributed(dist_backend="gloo")
     results = {}
     runs = ((1, False, "zero1"), (2, False, "zero2"), (3, False, "zero3"), (3, True, "zero3-whole"))
     for stage, whole, name in runs:
         uninstall_deepspeed_fast_paths()
-        collectives.clear(), releases.clear()
+        collectives.clear()
+        releases.clear()
         own = train(stage, whole)
         results[f"{name}-deepspeed"] = {**own, "collectives": dict(collectives), "releases": releases.get("all", 0)}
         status = install_deepspeed_fast_paths()
         assert set(status.values()) == {"on"}, status
         calls = {}
         count_calls(calls)
-        collectives.clear(), releases.clear()
+        collectives.clear()
+        releases.clear()
         fast = train(stage, whole)
         results[f"{name}-fast"] = {
             **fast,
