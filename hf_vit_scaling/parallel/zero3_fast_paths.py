@@ -248,18 +248,26 @@ def refresh_whole_parameters(optimizer) -> None:
 def gather_rank_by_rank(parts, group) -> list:
     """This rank's 1-D `parts` and every other rank's, in one all-gather: for each part a (world, its size) view of
     the result, row r holding rank r's."""
+    work, views = start_gather_rank_by_rank(parts, group)
+    work.wait()
+    return views
+
+
+def start_gather_rank_by_rank(parts, group) -> tuple:
+    """`gather_rank_by_rank` started and not waited for: (the collective's work, the views), the views holding every
+    rank's parts once `work.wait()` has returned."""
     import torch
     from deepspeed import comm as dist
 
     world = dist.get_world_size(group=group)
     mine = torch.cat(parts)
     gathered = torch.empty(world * mine.numel(), dtype=mine.dtype, device=mine.device)
-    dist.all_gather_into_tensor(gathered, mine, group=group)
+    work = dist.all_gather_into_tensor(gathered, mine, group=group, async_op=True)
     by_rank, views, offset = gathered.view(world, -1), [], 0
     for part in parts:
         views.append(by_rank[:, offset : offset + part.numel()])
         offset += part.numel()
-    return views
+    return work, views
 
 
 def make_zero3_step_begins_whole(original, other_halves_installed):

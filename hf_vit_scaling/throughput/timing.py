@@ -122,6 +122,8 @@ class ThroughputCallback(TrainerCallback):
     runs under `no_grad`) are counted beside the student's training FLOPs in the achieved TFLOP/s and MFU.
     """
 
+    reads_weights_between_steps = False  # at a step's edges: clocks and the logs (weights_gathered_late)
+
     def __init__(
         self,
         warmup_steps: int = 5,
