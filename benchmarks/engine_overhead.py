@@ -262,7 +262,7 @@ def CountingWindow(counters: Counters):  # noqa: N802 (a TrainerCallback made wh
     from transformers import TrainerCallback
 
     class Window(TrainerCallback):
-        reads_weights_between_steps = False  # counters only (weights_gathered_late)
+        reads_weights_between_steps = False  # counters only (parallel/weight_gathers.py)
 
         def on_step_begin(self, args, state, control, **kwargs):
             counters.on = state.global_step >= counters.warmup
@@ -356,7 +356,7 @@ def TurnTaking(turns: Turns):  # noqa: N802 (a TrainerCallback made where transf
     from transformers import TrainerCallback
 
     class Taking(TrainerCallback):
-        reads_weights_between_steps = False  # a FIFO and a turn (weights_gathered_late)
+        reads_weights_between_steps = False  # a FIFO and a turn (parallel/weight_gathers.py)
 
         def on_train_begin(self, args, state, control, **kwargs):
             turns.start(args.process_index)

@@ -31,9 +31,9 @@ on two) and calls the original where its condition does not hold:
   sums over the ranks: bit for bit on two processes (tested); on more, an all-reduce of two elements may add the
   ranks' sums in another order than one of one element, a difference in the last bit at most;
 - `zero12_one_param_gather`: on several CPU processes (gloo: every collective a round trip), the updated weights of
-  all groups in one all-gather instead of one per group. Inside `weights_gathered_late` (the recipe's Trainer, when
-  no callback reads the weights at a step's edges) the gather is left in flight while the Trainer loads the next
-  batch, and finished before anything reads a weight (`finish_weight_gathers`);
+  all groups in one all-gather instead of one per group. Inside `weight_gathers.weights_gathered_late` (the recipe's
+  Trainer, when no callback reads the weights at a step's edges) the gather is left in flight while the Trainer
+  loads the next batch, and finished before anything reads a weight;
 - `zero3_one_param_gather`: ZeRO-3's blocking gather of a list of parameters (the persistent ones after every step,
   a `GatheredParameters` block) in DeepSpeed's own coalesced gather, one collective, instead of one per parameter;
 - `zero2_no_gradient_hooks` with `zero2_reduce_at_epilogue`: ZeRO-2 with one bucket for every gradient and nothing to
@@ -57,13 +57,13 @@ reports so, and `tests/unit/parallel/test_deepspeed_fast_paths.py` fails until t
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import inspect
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hf_vit_scaling.parallel.weight_gathers import IN_FLIGHT, MAY_LEAVE_IN_FLIGHT
 from hf_vit_scaling.parallel.zero3_fast_paths import (
     make_zero3_grad_norm,
     make_zero3_grouped_norm,
@@ -243,7 +243,7 @@ def _make_zero12_one_param_gather(original):
     ):
         shared = [i for i, group in enumerate(dp_process_group) if dist.get_world_size(group=group) > 1]
         flats = [groups_flat[i] for i in shared]
-        in_flight = id(groups_flat) in _MAY_LEAVE_IN_FLIGHT
+        in_flight = id(groups_flat) in MAY_LEAVE_IN_FLIGHT
         one = (
             (len(shared) > 1 or (in_flight and shared))
             and dist.has_all_gather_into_tensor()
@@ -268,71 +268,12 @@ def _make_zero12_one_param_gather(original):
             for flat, part, by_rank in zip(flats, mine, gathered):
                 flat.view(world, part.numel()).copy_(by_rank)
 
-        if in_flight:  # `weights_gathered_late`: finished before anything reads the weights
-            _IN_FLIGHT.append(finish)
+        if in_flight:  # `weight_gathers.weights_gathered_late`: finished before anything reads the weights
+            IN_FLIGHT.append(finish)
         else:
             finish()
 
     return all_gather_dp_groups
-
-
-# --------------------------------------------------------------------------- ZeRO-1/2's weight gather, in flight
-
-# On several CPU processes a ZeRO-1/2 step ends with the gather of every rank's updated weights (above): 1.1 ms for the
-# tiny preset's 1.2 MB on this VM's gloo, 2-2.5 ms of a 33 ms step with the ranks' skew (benchmarks/README.md, "Engine
-# overhead"). Nothing reads the weights until the next forward, and between the two the Trainer runs its callbacks
-# and loads the next batch: the gather is started at the step's end and finished before the next training step, an
-# evaluation, a prediction, a `state_dict()` (every save) or any Trainer event other than those of a step's edges,
-# and only while every callback is known to leave the weights alone at those (`reads_weights_between_steps`).
-_MAY_LEAVE_IN_FLIGHT: set[int] = set()  # id() of the flat-buffer lists of optimizers in `weights_gathered_late`
-_IN_FLIGHT: list[Callable[[], None]] = []  # each waits for one gather and copies it into the weights
-STEP_EDGE_EVENTS = ("on_pre_optimizer_step", "on_optimizer_step", "on_step_end", "on_log", "on_step_begin")
-
-
-def finish_weight_gathers() -> int:
-    """Wait for every weight gather left in flight and copy it into the weights; how many there were."""
-    finished = len(_IN_FLIGHT)
-    while _IN_FLIGHT:
-        _IN_FLIGHT.pop(0)()
-    return finished
-
-
-@contextlib.contextmanager
-def weights_gathered_late(optimizer):
-    """Inside: a ZeRO-1/2 step of `optimizer` on several CPU processes starts its gather of the updated weights and
-    returns without waiting; `finish_weight_gathers()` completes them (the caller's promise: before anything reads
-    a weight). Elsewhere, and for any other optimizer, the gather is waited for in the step as before."""
-    key = id(getattr(optimizer, "bit16_groups_flat", optimizer))
-    _MAY_LEAVE_IN_FLIGHT.add(key)
-    try:
-        yield
-    finally:
-        _MAY_LEAVE_IN_FLIGHT.discard(key)
-
-
-def leaves_weights_alone_at_step_edges(callback) -> bool:
-    """Whether `callback` reads no weight at the events between one step's optimizer step and the next step's
-    forward: it says so (`reads_weights_between_steps = False`), it is one of transformers' flow and progress
-    callbacks, or it does nothing at those events (TrainerCallback's own methods)."""
-    from transformers.trainer_callback import DefaultFlowCallback, PrinterCallback, ProgressCallback, TrainerCallback
-
-    if getattr(callback, "reads_weights_between_steps", True) is False:
-        return True
-    if type(callback) in (DefaultFlowCallback, PrinterCallback, ProgressCallback):
-        return True
-    return all(getattr(type(callback), event) is getattr(TrainerCallback, event) for event in STEP_EDGE_EVENTS)
-
-
-def WeightGatherWaits():  # noqa: N802 (a TrainerCallback made where transformers is imported)
-    """A callback, first in the Trainer's list: every event but the step edges' finishes the gathers in flight
-    before any callback runs (an epoch's end, an evaluation's, a save's, the training's end ...)."""
-    from transformers import TrainerCallback
-
-    def finishing(args, state, control, **kwargs):
-        finish_weight_gathers()
-
-    events = [name for name in vars(TrainerCallback) if name.startswith("on_") and name not in STEP_EDGE_EVENTS]
-    return type("WeightGatherWaits", (TrainerCallback,), {name: staticmethod(finishing) for name in events})()
 
 
 def _make_zero2_reduce_at_epilogue(original):

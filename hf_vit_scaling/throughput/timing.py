@@ -122,7 +122,7 @@ class ThroughputCallback(TrainerCallback):
     runs under `no_grad`) are counted beside the student's training FLOPs in the achieved TFLOP/s and MFU.
     """
 
-    reads_weights_between_steps = False  # at a step's edges: clocks and the logs (weights_gathered_late)
+    reads_weights_between_steps = False  # at a step's edges: clocks and the logs (parallel/weight_gathers.py)
 
     def __init__(
         self,

@@ -27,26 +27,21 @@ pinned by tests/unit/training/test_upstream.py.
 - `stop_signals`: the signals `--stop_signals` names, parsed (`interruption.parse_stop_signals`), e.g. (SIGTERM,
   SIGUSR1): on one of them every rank stops at the next optimizer step with a checkpoint,
   and `train` raises `TrainingInterrupted` (`interruption.StopOnSignal`; output_dir/interrupted.json says which).
+- ZeRO-1/2's weight gather left in flight while the next batch loads (`FinishesWeightGathers`,
+  `parallel/weight_gathers.py`);
 - `--torch_compile`: the model the loop trains is compiled under every engine, before the first step
   (`compile.CompileEngine`); the throughput report says from dynamo's counters whether it was.
 Injected faults (`faults.FaultInjector`) do nothing unless the environment asks for them.
 """
 
-import contextlib
-
 from hf_vit_scaling.data.sample_randomness import EpochOfDraws
 from hf_vit_scaling.data.streaming.loader import StreamingTrainData
 from hf_vit_scaling.evaluation.model_card import write_model_card
 from hf_vit_scaling.optim.build import Optimization
-from hf_vit_scaling.parallel.deepspeed_fast_paths import (
-    WeightGatherWaits,
-    finish_weight_gathers,
-    leaves_weights_alone_at_step_edges,
-    weights_gathered_late,
-)
 from hf_vit_scaling.parallel.distributed import gather_object
 from hf_vit_scaling.parallel.hetero import loss_weight, uneven_batch_loader
 from hf_vit_scaling.parallel.sequence_parallel import shard_dataloader_by_data_parallel_rank
+from hf_vit_scaling.parallel.weight_gathers import FinishesWeightGathers
 from hf_vit_scaling.throughput.timing import add_throughput_callback
 from hf_vit_scaling.training.compile import CompileEngine
 from hf_vit_scaling.training.faults import FaultInjector
@@ -57,7 +52,7 @@ from hf_vit_scaling.training.seeding import PerRankRandomness, pin_data_order_se
 from hf_vit_scaling.training.upstream import UpstreamOverrides
 
 
-class VitTrainer(UpstreamOverrides):
+class VitTrainer(FinishesWeightGathers, UpstreamOverrides):
     """The Trainer plus the features in the module docstring; each is off unless its argument is given."""
 
     def __init__(
@@ -105,8 +100,6 @@ class VitTrainer(UpstreamOverrides):
         self.compile_engine = self._attach(CompileEngine(self))
         if throughput is not None:  # first in the callback list: its figures reach the reporting integrations
             add_throughput_callback(self, **throughput)
-        # before every other callback: an event that may read the weights finds them whole (`weights_gathered_late`)
-        self.callback_handler.callbacks.insert(0, WeightGatherWaits())
 
     def _attach(self, callback):
         """Add `callback` to the Trainer's unless it is None (its feature is off); return it."""
@@ -116,10 +109,7 @@ class VitTrainer(UpstreamOverrides):
 
     def train(self, *args, **kwargs):
         """`Trainer.train`; stopped by one of `stop_signals`: `TrainingInterrupted` on every rank after the save."""
-        try:
-            result = super().train(*args, **kwargs)
-        finally:
-            finish_weight_gathers()  # the last step's, also when training ends in an error
+        result = super().train(*args, **kwargs)
         if self.stop_on_signal is not None:
             self.stop_on_signal.raise_if_stopped(self.args.output_dir, self.is_world_process_zero())
         return result
@@ -208,11 +198,9 @@ class VitTrainer(UpstreamOverrides):
     # ------------------------------------------------------------------ training step and loss
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        finish_weight_gathers()  # the previous step's, loaded beside this step's batch
         self.finish_resume()
         self.faults.before_training_step(model, self.state.global_step + 1)
-        with self._weights_gathered_late():
-            loss = super().training_step(model, inputs, num_items_in_batch=num_items_in_batch)
+        loss = super().training_step(model, inputs, num_items_in_batch=num_items_in_batch)
         self.nonfinite.after_training_step(model)
         return loss
 
@@ -233,19 +221,6 @@ class VitTrainer(UpstreamOverrides):
             return result[0] * weight, result[1]
         return result * weight
 
-    def _weights_gathered_late(self):
-        """ZeRO-1/2 on several CPU processes: the step's gather of the updated weights runs while the Trainer loads
-        the next batch (`deepspeed_fast_paths.weights_gathered_late`), unless a callback may read them before the
-        next step; it is finished by the next training step, an evaluation, a prediction, a save's `state_dict()`
-        or any other Trainer event (`WeightGatherWaits`)."""
-        engine = self.deepspeed if self.is_deepspeed_enabled else None
-        if engine is None or not all(map(leaves_weights_alone_at_step_edges, self.callback_handler.callbacks)):
-            return contextlib.nullcontext()
-        if not getattr(self, "_state_dict_waits", False):
-            self.model.register_state_dict_pre_hook(lambda *args: finish_weight_gathers())
-            self._state_dict_waits = True
-        return weights_gathered_late(engine.optimizer)
-
     def create_optimizer(self, model=None):
         if self.optimizer is None:  # `optim.build.Optimization`: None leaves the Trainer's own optimizer
             built = self.optimization.optimizer_cls_and_kwargs(self, self.model if model is None else model)
@@ -259,12 +234,7 @@ class VitTrainer(UpstreamOverrides):
             self.lr_scheduler = self.optimization.scheduler(opt, n, args.get_warmup_steps(n), args.lr_scheduler_kwargs)
         return super().create_scheduler(num_training_steps, optimizer)
 
-    def predict(self, *args, **kwargs):
-        finish_weight_gathers()
-        return super().predict(*args, **kwargs)
-
     def evaluate(self, *args, metric_key_prefix: str = "eval", **kwargs):
-        finish_weight_gathers()
         metrics = super().evaluate(*args, metric_key_prefix=metric_key_prefix, **kwargs)
         self._file_class_report(metric_key_prefix)
         if self.ema is not None and self.ema.shadow is not None and metric_key_prefix == "eval":

@@ -201,38 +201,3 @@ def test_zero3_step_release_is_never_left_out_without_the_refresh(monkeypatch):
     optimizer = _zero3_whole_optimizer()
     zero3.make_zero3_step_begins_whole(lambda self: None, fast._other_halves_installed)(optimizer)
     assert getattr(optimizer, zero3.THROUGH_STEP) is None
-
-
-def test_weights_gathered_late_only_past_callbacks_that_leave_the_weights_alone():
-    """Which callbacks let a ZeRO-1/2 step leave its weight gather in flight: transformers' flow and progress
-    callbacks, those that say so, those without step-edge events; not one that reads the weights at a step's end
-    (EMA) or an unknown one with step-edge events."""
-    from transformers.trainer_callback import DefaultFlowCallback, ProgressCallback, TrainerCallback
-
-    from hf_vit_scaling.regularization.ema import EMACallback
-    from hf_vit_scaling.throughput.timing import ThroughputCallback
-
-    class AtTrainEnd(TrainerCallback):
-        def on_train_end(self, args, state, control, **kwargs):
-            pass
-
-    class AtStepEnd(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            pass
-
-    alone = fast.leaves_weights_alone_at_step_edges
-    assert all(alone(c) for c in (DefaultFlowCallback(), ProgressCallback(), AtTrainEnd()))
-    assert alone(ThroughputCallback.__new__(ThroughputCallback))  # it says so
-    assert not alone(AtStepEnd()) and not alone(EMACallback.__new__(EMACallback))
-
-
-def test_every_trainer_event_but_a_step_s_edges_finishes_the_gathers_in_flight(monkeypatch):
-    monkeypatch.setattr(fast, "_IN_FLIGHT", [])
-    waits, finished_by_event = fast.WeightGatherWaits(), {}
-    for event in ("on_step_end", "on_pre_optimizer_step", "on_optimizer_step", "on_log", "on_step_begin",
-                  "on_save", "on_evaluate", "on_epoch_end", "on_train_end", "on_predict"):  # fmt: skip
-        fast._IN_FLIGHT.append(lambda: None)
-        getattr(waits, event)(None, None, None, model=None)
-        finished_by_event[event] = not fast._IN_FLIGHT
-        fast.finish_weight_gathers()
-    assert {event for event, finished in finished_by_event.items() if not finished} == set(fast.STEP_EDGE_EVENTS)
