@@ -88,6 +88,7 @@ SLOW_BECAUSE = {
     "test_bad_input.py": "each bad input through the real launcher: one error line, exit 2",
     "test_fashion_distil_script.py": "make fashion-distil's script on a tiny subset",
     "test_resume_exact.py": "runs killed and resumed, compared step by step",
+    "test_weights_gathered_late.py": "3 two-process ZeRO-2 runs: the gather in flight, DeepSpeed's own, with EMA",
 }
 DURATION = re.compile(r"^(?P<seconds>[\d.]+)s (?P<phase>setup|call|teardown)\s+tests/\S*?(?P<file>[\w]+\.py)::")
 
