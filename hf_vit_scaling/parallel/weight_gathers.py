@@ -5,11 +5,12 @@ On several CPU processes a ZeRO-1/2 step ends with one all-gather of every rank'
 the two the Trainer runs its step-end callbacks and loads the next batch: inside `weights_gathered_late` the step
 starts the gather and returns, and `finish_weight_gathers` waits for it and writes it into the weights. The Trainer
 mixin `FinishesWeightGathers` calls it at the next training step's start, before an evaluation or a prediction, in
-a `state_dict()` pre-hook on the model (every save) and, through `WeightGatherWaits` (first in the callback list),
-at every Trainer event but those of a step's edges; it leaves a gather in flight only while every callback is known
-to leave the weights alone at those edges (`leaves_weights_alone_at_step_edges`: an EMA callback turns it off).
-What it saves: benchmarks/README.md, "Engine overhead"; the same numbers bit for bit, a checkpoint and evaluations
-between steps included: tests/launched/test_weights_gathered_late.py.
+a `state_dict()` pre-hook on the model (every save) and, through `WeightGatherWaits` (at the front of the callback
+list: only the throughput report, which reads no weight, goes before it), at every Trainer event but those of a
+step's edges; it leaves a gather in flight only while every callback is known to leave the weights alone at those
+edges (`leaves_weights_alone_at_step_edges`: an EMA callback turns it off). What it saves: benchmarks/README.md,
+"Engine overhead"; the same numbers bit for bit, a checkpoint and evaluations between steps included:
+tests/launched/test_weights_gathered_late.py.
 """
 
 from __future__ import annotations
@@ -26,12 +27,10 @@ IN_FLIGHT = GathersInFlight()
 STEP_EDGE_EVENTS = ("on_pre_optimizer_step", "on_optimizer_step", "on_step_end", "on_log", "on_step_begin")
 
 
-def finish_weight_gathers() -> int:
-    """Wait for every weight gather left in flight and copy it into the weights; how many there were."""
-    finished = len(IN_FLIGHT)
+def finish_weight_gathers() -> None:
+    """Wait for every weight gather left in flight and copy it into the weights."""
     while IN_FLIGHT:
         IN_FLIGHT.pop(0)()
-    return finished
 
 
 @contextlib.contextmanager
@@ -61,8 +60,8 @@ def leaves_weights_alone_at_step_edges(callback) -> bool:
 
 
 def WeightGatherWaits():  # noqa: N802 (a TrainerCallback made where transformers is imported)
-    """A callback, first in the Trainer's list: every event but the step edges' finishes the gathers in flight
-    before any callback runs (an epoch's end, an evaluation's, a save's, the training's end ...)."""
+    """A callback for the front of the Trainer's list: every event but the step edges' finishes the gathers in
+    flight before the callbacks after it run (an epoch's end, an evaluation's, a save's, the training's end ...)."""
     from transformers import TrainerCallback
 
     def finishing(args, state, control, **kwargs):
