@@ -46,17 +46,18 @@ def weights_gathered_late(optimizer):
         MAY_LEAVE_IN_FLIGHT.discard(key)
 
 
-def leaves_weights_alone_at_step_edges(callback) -> bool:
-    """Whether `callback` reads no weight at the events between one step's optimizer step and the next step's
-    forward: it says so (`reads_weights_between_steps = False`), it is one of transformers' flow and progress
-    callbacks, or it does nothing at those events (TrainerCallback's own methods)."""
+def leaves_weights_alone_at_step_edges(callback_class: type) -> bool:
+    """Whether a callback of `callback_class` reads no weight at the events between one step's optimizer step and
+    the next step's forward: the class says so (`reads_weights_between_steps = False`), it is one of transformers'
+    flow and progress callbacks, or it does nothing at those events (TrainerCallback's own methods). It takes the
+    class, not the callback: what is asked is the class's, and the callback's own values are none of its business."""
     from transformers.trainer_callback import DefaultFlowCallback, PrinterCallback, ProgressCallback, TrainerCallback
 
-    if getattr(callback, "reads_weights_between_steps", True) is False:
+    if getattr(callback_class, "reads_weights_between_steps", True) is False:
         return True
-    if type(callback) in (DefaultFlowCallback, PrinterCallback, ProgressCallback):
+    if callback_class in (DefaultFlowCallback, PrinterCallback, ProgressCallback):
         return True
-    return all(getattr(type(callback), event) is getattr(TrainerCallback, event) for event in STEP_EDGE_EVENTS)
+    return all(getattr(callback_class, event) is getattr(TrainerCallback, event) for event in STEP_EDGE_EVENTS)
 
 
 def WeightGatherWaits():  # noqa: N802 (a TrainerCallback made where transformers is imported)
@@ -84,7 +85,8 @@ class FinishesWeightGathers:
     def training_step(self, model, inputs, num_items_in_batch=None):
         finish_weight_gathers()  # the previous step's, loaded beside this step's batch
         engine = self.deepspeed if self.is_deepspeed_enabled else None
-        late = engine is not None and all(map(leaves_weights_alone_at_step_edges, self.callback_handler.callbacks))
+        callback_classes = map(type, self.callback_handler.callbacks)
+        late = engine is not None and all(map(leaves_weights_alone_at_step_edges, callback_classes))
         with weights_gathered_late(engine.optimizer) if late else contextlib.nullcontext():
             return super().training_step(model, inputs, num_items_in_batch=num_items_in_batch)
 
