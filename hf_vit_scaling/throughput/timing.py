@@ -263,11 +263,16 @@ class ThroughputCallback(TrainerCallback):
             self.images.append(images)
         self._unread = []
 
-    def on_evaluate(self, args, state, control, **kwargs):
+    def pause(self) -> None:
+        """Leave the time from now to the next step's start out of the report (the step that follows is not
+        measured): a wait the run chose, not the data loader's (an evaluation, a save, a benchmark's turn)."""
         self._paused = True
 
+    def on_evaluate(self, args, state, control, **kwargs):
+        self.pause()
+
     def on_save(self, args, state, control, **kwargs):
-        self._paused = True
+        self.pause()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         """Add running figures to training logs (this callback runs first, so TensorBoard & co. receive them)."""
