@@ -73,6 +73,18 @@ def test_zero2_with_one_bucket_and_nothing_to_overlap_hooks_no_gradient(runs, tw
         assert fast["calls"]["zero2_no_gradient_hooks"] == 1 and fast["calls"]["zero2_reduce_at_epilogue"] == 4
 
 
+@pytest.mark.parametrize("stage", [1, 2])
+def test_zero12_file_every_gradient_in_one_loop(runs, two_process_runs, stage):
+    """ZeRO-1/2 file no gradient through DeepSpeed's per-tensor call chain (`zero12_file_at_once`), which its own
+    code runs for each of the model's gradients every step; the numbers are the bit-for-bit tests' (one process and
+    two)."""
+    for results in (runs, two_process_runs):
+        own, fast = results[f"zero{stage}-deepspeed"], results[f"zero{stage}-fast"]
+        tensors = len(own["weights"])
+        assert (own["filed_one_by_one"], fast["filed_one_by_one"]) == (4 * tensors, 0)
+    assert runs["zero1-fast"]["calls"]["zero12_file_at_once"] == 4  # ZeRO-1's reduction; ZeRO-2's is the epilogue's
+
+
 @pytest.mark.parametrize("stage", [1, 2, 3, "3-whole"])
 def test_two_processes_fewer_collectives_same_numbers_bit_for_bit(two_process_runs, stage):
     """On two processes DeepSpeed all-reduces each parameter group's norm (ZeRO-1/2/3) and gathers each group's

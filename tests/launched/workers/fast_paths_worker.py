@@ -116,6 +116,20 @@ def count_collectives(collectives: dict) -> None:
         setattr(torch.distributed, name, counted)
 
 
+def count_filed_one_by_one(filed: dict) -> None:
+    """Count the gradients ZeRO-1/2 file in the bucket one call chain each: DeepSpeed asks each one's communication
+    dtype there and nowhere else (the fast paths pin the chain's methods, so they are not wrapped)."""
+    from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+
+    original = DeepSpeedZeroOptimizer.get_param_comm_dtype
+
+    def counted(self, param):
+        filed["one_by_one"] = filed.get("one_by_one", 0) + 1
+        return original(self, param)
+
+    DeepSpeedZeroOptimizer.get_param_comm_dtype = counted
+
+
 def count_releases(releases: dict) -> None:
     """Count ZeRO-3's release of every parameter (DeepSpeed's at each step's start, and for a checkpoint)."""
     from deepspeed.runtime.zero.parameter_offload import DeepSpeedZeRoOffload
@@ -133,8 +147,10 @@ def main() -> None:
     ensure_single_process_env()  # a world of one, as the recipe declares it without a launcher (torchrun: its own)
     collectives: dict[str, int] = {}
     releases: dict[str, int] = {}
+    filed: dict[str, int] = {}
     count_collectives(collectives)  # before DeepSpeed's backend looks its functions up
     count_releases(releases)
+    count_filed_one_by_one(filed)
     deepspeed.init_distributed(dist_backend="gloo")
     results = {}
     runs = ((1, False, "zero1"), (2, False, "zero2"), (3, False, "zero3"), (3, True, "zero3-whole"))
@@ -142,20 +158,28 @@ def main() -> None:
         uninstall_deepspeed_fast_paths()
         collectives.clear()
         releases.clear()
+        filed.clear()
         own = train(stage, whole)
-        results[f"{name}-deepspeed"] = {**own, "collectives": dict(collectives), "releases": releases.get("all", 0)}
+        results[f"{name}-deepspeed"] = {
+            **own,
+            "collectives": dict(collectives),
+            "releases": releases.get("all", 0),
+            "filed_one_by_one": filed.get("one_by_one", 0),
+        }
         status = install_deepspeed_fast_paths()
         assert set(status.values()) == {"on"}, status
         calls = {}
         count_calls(calls)
         collectives.clear()
         releases.clear()
+        filed.clear()
         fast = train(stage, whole)
         results[f"{name}-fast"] = {
             **fast,
             "calls": calls,
             "collectives": dict(collectives),
             "releases": releases.get("all", 0),
+            "filed_one_by_one": filed.get("one_by_one", 0),
         }
     if torch.distributed.get_rank() == 0:
         torch.save(results, os.environ["OUT"])

@@ -1,5 +1,6 @@
-"""Tests `parallel.deepspeed_fast_paths` without a process group: the pins, the switch, the fp64 norm and the skipped
-re-pointing. Whole runs with and without them: tests/launched/test_deepspeed_fast_paths.py."""
+"""Tests `parallel.deepspeed_fast_paths` (and its replacements in `zero12_fast_paths`, `zero3_fast_paths`) without a
+process group: the pins, the switch, the fp64 norm and the skipped re-pointing.
+Whole runs with and without them: tests/launched/test_deepspeed_fast_paths.py."""
 
 from types import SimpleNamespace
 
@@ -8,6 +9,7 @@ import torch
 
 from hf_vit_scaling.parallel import deepspeed_fast_paths as fast
 from hf_vit_scaling.parallel import zero3_fast_paths as zero3
+from hf_vit_scaling.parallel import zero12_fast_paths as zero12
 
 
 def originals() -> dict:
@@ -22,12 +24,28 @@ def originals() -> dict:
 def test_every_fast_path_is_pinned_to_the_installed_deepspeed_source():
     """Fails after a DeepSpeed upgrade that changes a replaced method: review the replacement against the new code,
     then update its `source_sha` (until then the recipe runs DeepSpeed's own code and says so)."""
+    paths = {path.name: path for path in fast.FAST_PATHS}
     changed = {
-        name: fast.source_sha(original)
+        (name, attribute): sha
         for name, original in originals().items()
-        if fast.source_sha(original) != next(p.source_sha for p in fast.FAST_PATHS if p.name == name)
+        for attribute, sha in fast.pins_of(paths[name], original).items()
+        if sha != fast.reviewed_pins(paths[name])[attribute]
     }
     assert not changed, f"DeepSpeed changed these methods; review and re-pin: {changed}"
+
+
+def test_a_changed_method_a_fast_path_does_the_work_of_keeps_it_off(monkeypatch):
+    """`zero12_file_at_once` files the gradients as DeepSpeed's per-tensor chain would: a change in that chain (not
+    the replaced method itself) keeps it off too."""
+    path = next(p for p in fast.FAST_PATHS if p.name == "zero12_file_at_once")
+    attribute, _ = path.also_pins[-1]
+    stale = fast.FastPath(**{**path.__dict__, "also_pins": (*path.also_pins[:-1], (attribute, "0" * 16))})
+    monkeypatch.setattr(fast, "FAST_PATHS", (stale,))
+    monkeypatch.setattr(fast, "_INSTALLED", {})
+    before = getattr(fast.owner_of(path), path.attribute)
+    status = fast.install_deepspeed_fast_paths()
+    assert status[path.name] == f"off (DeepSpeed's {attribute} is not the reviewed version)"
+    assert getattr(fast.owner_of(path), path.attribute) is before
 
 
 def test_a_changed_deepspeed_method_keeps_its_fast_path_off(monkeypatch):
@@ -60,7 +78,7 @@ def test_norms_in_fp64_equal_deepspeed_s_per_tensor_norm_bit_for_bit(dtype):
         for s in shapes
     ]
     expected = [torch.linalg.vector_norm(g.to(torch.float64), ord=2.0) for g in grads]
-    got = fast.norms_in(grads, torch.float64)
+    got = zero3.norms_in(grads, torch.float64)
     assert all(torch.equal(a, b) for a, b in zip(expected, got))
     assert got[0].dtype == torch.float64
 
@@ -89,7 +107,7 @@ def test_bit16_views_are_skipped_only_while_every_parameter_is_its_slice():
         calls.append(group)
         deepspeed_own(self, group)
 
-    replacement = fast._make_zero12_bit16_views(counted)
+    replacement = zero12.make_zero12_bit16_views(counted)
     params = [torch.nn.Parameter(torch.randn(s)) for s in ((4, 3), (3,), (2, 2))]
     optimizer = _bit16_optimizer(params)
     replacement(optimizer, 0)  # the first step: DeepSpeed points every parameter at the flat buffer
@@ -138,15 +156,15 @@ def test_zero2_gradient_hooks_go_only_with_one_bucket_one_micro_step_and_nothing
     made = []
     monkeypatch.setattr(fast, "_INSTALLED", {"zero2_reduce_at_epilogue": None})
     optimizer = _zero2_optimizer(**change)
-    fast._make_zero2_no_gradient_hooks(lambda self: made.append(self))(optimizer)
-    hookless = getattr(optimizer, fast.REDUCE_AT_EPILOGUE, False)
+    zero12.make_zero2_no_gradient_hooks(lambda self: made.append(self), fast._epilogue_installed)(optimizer)
+    hookless = getattr(optimizer, zero12.REDUCE_AT_EPILOGUE, False)
     assert (hookless, made) == ((True, []) if not change else (False, [optimizer]))
 
 
 def test_zero2_gradient_hooks_stay_without_the_epilogue_that_does_their_work(monkeypatch):
     made = []
     monkeypatch.setattr(fast, "_INSTALLED", {})
-    fast._make_zero2_no_gradient_hooks(lambda self: made.append(self))(_zero2_optimizer())
+    zero12.make_zero2_no_gradient_hooks(lambda self: made.append(self), fast._epilogue_installed)(_zero2_optimizer())
     assert len(made) == 1
 
 
