@@ -184,19 +184,17 @@ def file_every_gradient(self, counting_the_micro_step: bool) -> bool:
     `reduce_independent_p_g_buckets_and_remove_grads` (under `reduce_ready_partitions_and_remove_grads`, and for
     ZeRO-2 `process_gradients`, whose `setup_buckets` counts the micro step) is a dozen Python calls per tensor, every
     one of which but the filing does nothing where this holds: no accumulation attribute, contiguous buffer, overlap,
-    offload, autocast, MoE or tensor-parallel folding, an accumulation boundary, and one bucket that starts empty
-    and holds every gradient. False, with nothing done, where one of those does not hold."""
+    offload, autocast, MoE or tensor-parallel folding, an accumulation boundary, every gradient ready (no tiled
+    computation's transient one), and one bucket that starts empty and holds every gradient. False, with nothing
+    done, where one of those does not hold."""
     from deepspeed.runtime.torch_autocast import is_autocast_initialized
 
-    filed = [
-        (i, param)
-        for i, group in enumerate(self.bit16_groups)
-        for param in group
-        if param.grad is not None and param.numel() and getattr(param, "ds_grad_is_ready", True)
-    ]
+    filed = [(i, param) for i, group in enumerate(self.bit16_groups) for param in group if param.grad is not None]
+    filed = [(i, param) for i, param in filed if param.numel()]  # DeepSpeed returns at once for an empty one
     bucket = self.ipg_buckets.get(self.communication_data_type)
     if (
         bucket is None
+        or not all(getattr(param, "ds_grad_is_ready", True) for _, param in filed)
         or bucket.elements
         or sum(param.numel() for _, param in filed) > self.reduce_bucket_size
         or self.use_grad_accum_attribute

@@ -168,6 +168,52 @@ def test_zero2_gradient_hooks_stay_without_the_epilogue_that_does_their_work(mon
     assert len(made) == 1
 
 
+def _filing_optimizer(**changes) -> SimpleNamespace:
+    """What `file_every_gradient` reads: two groups with gradients (one parameter without), one empty bucket."""
+    params = [torch.nn.Parameter(torch.randn(s)) for s in ((4, 3), (3,), (2,), (5,))]
+    for index, p in enumerate(params):
+        p.param_idx_in_group = index % 2
+        p.grad = torch.randn(p.shape) if index != 2 else None
+    bucket = SimpleNamespace(elements=0, grads=[], params=[])
+    micro_steps = []
+    fields = dict(
+        bit16_groups=[params[:2], params[2:]], ipg_buckets={torch.float32: bucket},
+        communication_data_type=torch.float32, reduce_bucket_size=20, use_grad_accum_attribute=False,
+        contiguous_gradients=False, overlap_comm=False, _offload_gradient_safety_enabled=False, zenflow=False,
+        has_moe_layers=False, autoep_folding_tp_group=None, _coalesce_grad_reduction=False,
+        is_gradient_accumulation_boundary=lambda: True, setup_buckets=lambda: micro_steps.append(1),
+        get_param_id=lambda p: next(i for i, q in enumerate(params) if q is p), params_already_reduced=[False] * 4,
+        micro_steps=micro_steps, params=params,
+    )  # fmt: skip
+    return SimpleNamespace(**{**fields, **changes})
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{}, {"reduce_bucket_size": 19}, {"overlap_comm": True}, {"contiguous_gradients": True},
+     {"use_grad_accum_attribute": True}, {"has_moe_layers": True}, {"_coalesce_grad_reduction": True},
+     {"is_gradient_accumulation_boundary": lambda: False}, "not ready", "bucket not empty"],
+)  # fmt: skip
+def test_gradients_are_filed_at_once_in_deepspeed_s_order_or_not_at_all(change):
+    """20 elements in three gradients (the third parameter has none): filed in DeepSpeed's order with (group, index,
+    id), the micro step counted once; where any branch of DeepSpeed's chain would do more than file (a bucket that
+    would fill, overlap, ...), nothing is done and the caller runs DeepSpeed's own loop."""
+    optimizer = _filing_optimizer(**(change if isinstance(change, dict) else {}))
+    bucket = optimizer.ipg_buckets[torch.float32]
+    if change == "not ready":
+        optimizer.params[3].ds_grad_is_ready = False
+    if change == "bucket not empty":
+        bucket.elements = 1
+    filed = zero12.file_every_gradient(optimizer, counting_the_micro_step=True)
+    if change:
+        assert (filed, bucket.grads, bucket.params, optimizer.micro_steps) == (False, [], [], [])
+        return
+    p = optimizer.params
+    assert filed and bucket.elements == 20 and optimizer.micro_steps == [1]
+    assert [g is q.grad for g, q in zip(bucket.grads, (p[0], p[1], p[3]))] == [True] * 3
+    assert bucket.params == [(0, 0, 0), (0, 1, 1), (1, 1, 3)]
+
+
 def _zero3_whole_optimizer(**changes) -> SimpleNamespace:
     """What `zero3_whole_through_step` reads: ZeRO-3 with both tensors persistent, gathered, the root hook in place."""
     from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
