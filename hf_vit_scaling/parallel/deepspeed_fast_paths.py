@@ -43,8 +43,8 @@ on two) and calls the original where its condition does not hold:
   order, a difference in the last bit at most, as for the grouped norms;
 - `zero12_file_at_once`: ZeRO-1's reduction, and ZeRO-2's at the epilogue, file every gradient in the bucket in one
   loop instead of a chain of a dozen Python calls per tensor (`reduce_independent_p_g_buckets_and_remove_grads` and
-  its callers, pinned too), where every branch of that chain but the filing does nothing (`_file_every_gradient`):
-  the same bucket, in the same order;
+  its callers, pinned too), where every branch of that chain but the filing does nothing
+  (`zero12_fast_paths.file_every_gradient`): the same bucket, in the same order;
 - `zero3_whole_through_step` (with its `_release` and `_gather` parts): the same ZeRO-3 case as
   `zero3_whole_module_hooks`: DeepSpeed releases every parameter at a step's start and gathers all of them back into
   new tensors at its end; they stay, and the updated partitions are gathered into them in place, one collective (the
@@ -135,18 +135,13 @@ def _make_cpu_numa_cores_once(original):
     return get_numa_cores
 
 
-def _epilogue_installed() -> bool:
-    return "zero2_reduce_at_epilogue" in _INSTALLED
+def _installed(*names: str) -> Callable[[], bool]:
+    """Whether the fast paths `names` are installed, asked when called: a replacement that needs another one's
+    work (its other half) checks at each call."""
+    return lambda: set(names) <= _INSTALLED.keys()
 
 
-def _filing_installed() -> bool:
-    return "zero12_file_at_once" in _INSTALLED
-
-
-def _other_halves_installed() -> bool:
-    return {"zero3_whole_through_step_release", "zero3_whole_through_step_gather"} <= _INSTALLED.keys()
-
-
+WHOLE_THROUGH_STEP_HALVES = _installed("zero3_whole_through_step_release", "zero3_whole_through_step_gather")
 STAGE12 = "deepspeed.runtime.zero.stage_1_and_2"
 STAGE3 = "deepspeed.runtime.zero.stage3"
 FAST_PATHS = (
@@ -172,17 +167,17 @@ FAST_PATHS = (
              "setup_zero_stage3_hooks", "1ec65cef74df86a1", make_zero3_whole_module_hooks),
     FastPath("zero2_reduce_at_epilogue", STAGE12, "DeepSpeedZeroOptimizer",
              "overlapping_partition_gradients_reduce_epilogue", "7a5f8e7981c0e2c9",
-             lambda original: make_zero2_reduce_at_epilogue(original, _filing_installed)),
+             lambda original: make_zero2_reduce_at_epilogue(original, _installed("zero12_file_at_once"))),
     FastPath("zero2_no_gradient_hooks", STAGE12, "DeepSpeedZeroOptimizer", "create_gradient_handling_hooks",
              "b84ceb8d3356fbed",  # after zero2_reduce_at_epilogue, which it needs
-             lambda original: make_zero2_no_gradient_hooks(original, _epilogue_installed)),
+             lambda original: make_zero2_no_gradient_hooks(original, _installed("zero2_reduce_at_epilogue"))),
     FastPath("zero12_file_at_once", STAGE12, "DeepSpeedZeroOptimizer", "reduce_gradients",
              "385b8e94b1d3cee7", make_zero12_file_at_once,
              also_pins=(("process_gradients", "a05fe9cac73c6432"), ("setup_buckets", "82266aa4880f7d64"),
                         ("reduce_ready_partitions_and_remove_grads", "46ef5f92c1b87d6f"),
                         ("reduce_independent_p_g_buckets_and_remove_grads", "500839d3f30cd91b"))),
     FastPath("zero3_whole_through_step", STAGE3, "DeepSpeedZeroOptimizer_Stage3", "_pre_step",
-             "6a560fa097ab03bb", lambda original: make_zero3_step_begins_whole(original, _other_halves_installed)),
+             "6a560fa097ab03bb", lambda original: make_zero3_step_begins_whole(original, WHOLE_THROUGH_STEP_HALVES)),
     FastPath("zero3_whole_through_step_release", STAGE3, "DeepSpeedZeroOptimizer_Stage3", "_partition_all_parameters",
              "5612df89a66654a6", make_zero3_step_keeps_whole),
     FastPath("zero3_whole_through_step_gather", STAGE3, "DeepSpeedZeroOptimizer_Stage3", "_post_step",
@@ -225,7 +220,8 @@ def install_deepspeed_fast_paths() -> dict[str, str]:
             continue
         owner = owner_of(path)
         original = getattr(owner, path.attribute)
-        changed = [name for name, sha in pins_of(path, original).items() if sha != reviewed_pins(path)[name]]
+        reviewed = reviewed_pins(path)
+        changed = [name for name, sha in pins_of(path, original).items() if sha != reviewed[name]]
         if changed:
             status[path.name] = f"off (DeepSpeed's {changed[0]} is not the reviewed version)"
             continue

@@ -189,8 +189,10 @@ def file_every_gradient(self, counting_the_micro_step: bool) -> bool:
     done, where one of those does not hold."""
     from deepspeed.runtime.torch_autocast import is_autocast_initialized
 
-    filed = [(i, param) for i, group in enumerate(self.bit16_groups) for param in group if param.grad is not None]
-    filed = [(i, param) for i, param in filed if param.numel()]  # DeepSpeed returns at once for an empty one
+    filed = [  # DeepSpeed returns at once for an empty parameter
+        (i, param) for i, group in enumerate(self.bit16_groups) for param in group
+        if param.grad is not None and param.numel()
+    ]  # fmt: skip
     bucket = self.ipg_buckets.get(self.communication_data_type)
     if (
         bucket is None

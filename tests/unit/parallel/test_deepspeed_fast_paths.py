@@ -156,7 +156,8 @@ def test_zero2_gradient_hooks_go_only_with_one_bucket_one_micro_step_and_nothing
     made = []
     monkeypatch.setattr(fast, "_INSTALLED", {"zero2_reduce_at_epilogue": None})
     optimizer = _zero2_optimizer(**change)
-    zero12.make_zero2_no_gradient_hooks(lambda self: made.append(self), fast._epilogue_installed)(optimizer)
+    epilogue_installed = fast._installed("zero2_reduce_at_epilogue")
+    zero12.make_zero2_no_gradient_hooks(lambda self: made.append(self), epilogue_installed)(optimizer)
     hookless = getattr(optimizer, zero12.REDUCE_AT_EPILOGUE, False)
     assert (hookless, made) == ((True, []) if not change else (False, [optimizer]))
 
@@ -164,7 +165,8 @@ def test_zero2_gradient_hooks_go_only_with_one_bucket_one_micro_step_and_nothing
 def test_zero2_gradient_hooks_stay_without_the_epilogue_that_does_their_work(monkeypatch):
     made = []
     monkeypatch.setattr(fast, "_INSTALLED", {})
-    zero12.make_zero2_no_gradient_hooks(lambda self: made.append(self), fast._epilogue_installed)(_zero2_optimizer())
+    epilogue_installed = fast._installed("zero2_reduce_at_epilogue")
+    zero12.make_zero2_no_gradient_hooks(lambda self: made.append(self), epilogue_installed)(_zero2_optimizer())
     assert len(made) == 1
 
 
@@ -256,12 +258,12 @@ def test_zero3_keeps_parameters_whole_through_a_step_only_when_every_one_is_whol
         bias.ds_secondary_tensor = torch.zeros(1)
     parts = {"zero3_whole_through_step_release": None, "zero3_whole_through_step_gather": None}
     monkeypatch.setattr(fast, "_INSTALLED", parts)
-    zero3.make_zero3_step_begins_whole(lambda self: None, fast._other_halves_installed)(optimizer)
+    zero3.make_zero3_step_begins_whole(lambda self: None, fast.WHOLE_THROUGH_STEP_HALVES)(optimizer)
     assert getattr(optimizer, zero3.THROUGH_STEP) == ("keep" if not change else None)
 
 
 def test_zero3_step_release_is_never_left_out_without_the_refresh(monkeypatch):
     monkeypatch.setattr(fast, "_INSTALLED", {"zero3_whole_through_step_release": None})  # no refresh part
     optimizer = _zero3_whole_optimizer()
-    zero3.make_zero3_step_begins_whole(lambda self: None, fast._other_halves_installed)(optimizer)
+    zero3.make_zero3_step_begins_whole(lambda self: None, fast.WHOLE_THROUGH_STEP_HALVES)(optimizer)
     assert getattr(optimizer, zero3.THROUGH_STEP) is None
