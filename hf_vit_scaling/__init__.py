@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "DataArguments": ".arguments.data",
+    "DataclassParser": ".arguments.parser",
     "ModelArguments": ".arguments.model",
     "parse_args": ".arguments.parse",
     "attach_transforms": ".data.host_transforms",

@@ -3,7 +3,8 @@
 
 Copy this file when you want the smallest working recipe; `train_vit.py` adds the rest (throughput report,
 resume after kills, sequence parallelism, heterogeneous clusters, the device input path, a model card). DeepSpeed
-comes in through the Trainer's own `--deepspeed` flag. On a CPU (gloo) add `--use_cpu true`:
+comes in through the Trainer's own `--deepspeed` flag; every launcher works, plain `python` too (one process). On a CPU
+(gloo) add `--use_cpu true`:
 
     torchrun --nproc_per_node 2 recipes/train_vit_minimal.py --deepspeed ds_configs/zero2.json --use_cpu true \
         --output_dir outputs/minimal --num_train_epochs 5 --per_device_train_batch_size 16 --learning_rate 1e-3 \
@@ -21,6 +22,7 @@ from transformers import Trainer, TrainingArguments, set_seed
 
 from hf_vit_scaling import (
     DataArguments,
+    DataclassParser,
     ModelArguments,
     attach_transforms,
     build_model,
@@ -30,7 +32,6 @@ from hf_vit_scaling import (
     make_compute_metrics,
     shutdown_distributed,
 )
-from hf_vit_scaling.arguments.parser import DataclassParser
 
 
 def train(argv=None) -> None:

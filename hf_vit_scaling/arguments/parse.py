@@ -36,9 +36,19 @@ from hf_vit_scaling.arguments.regularization import RegularizationArguments
 from hf_vit_scaling.arguments.reliability import ReliabilityArguments, ReportArguments
 from hf_vit_scaling.arguments.streaming import StreamingArguments
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.parallel.deepspeed_config import load_ds_config
+from hf_vit_scaling.parallel.deepspeed_config import check_zero_values, load_ds_config
 from hf_vit_scaling.parallel.distributed import ensure_single_process_env
 from hf_vit_scaling.parallel.engine import Engine, engine_of
+from hf_vit_scaling.parallel.engine_routes import (
+    NO_ROUTE,
+    EngineRoute,
+    accelerate_deepspeed,
+    accelerate_fsdp,
+    fill_left_out_keys,
+    refuse_other_deepspeed,
+    refuse_other_stage,
+    refuse_two_engines,
+)
 
 
 @dataclass
@@ -95,7 +105,9 @@ class _CheckingParser(DataclassParser):
     dataclasses."""
 
     what = "recipe"
+    reads_deepspeed_file = False  # every route to an engine is resolved below (`resolve_engine_values`)
     file_keys: frozenset = frozenset()  # the flags an arguments file set (its values are the parser's defaults)
+    engine_route: EngineRoute = NO_ROUTE  # how the engine was named (`resolve_engine_values`)
 
     def help_hint(self) -> str:
         return help_fix(self)
@@ -110,7 +122,8 @@ class _CheckingParser(DataclassParser):
         values = vars(namespace)
         require_choices({key: values.get(key) for key in self.file_keys}, self)
         check_values(values)
-        resolve_engine_values(vars(namespace))  # the namespace's own dict: what the dataclasses are built from
+        # The namespace's own dict: what the dataclasses are built from
+        self.engine_route = resolve_engine_values(vars(namespace))
         return namespace, remaining
 
 
@@ -169,24 +182,64 @@ def _read_args_file(path: str, flag: str | None = None) -> dict:
     return values
 
 
-def _resolve_ds_config(values: dict) -> None:
-    """Read and check the DeepSpeed file once and hand TrainingArguments the dict (its `deepspeed` field takes a
-    path or a dict): transformers builds its DeepSpeed config (accelerate's copy of the dict, which `engine_of` takes
-    as `Engine.ds_config` and the project resolves in place) without opening the file again. `ds_config` keeps the path
-    (EngineArguments.ds_config, whichever of --ds_config / --deepspeed named it) for the card and the reports."""
+def _flags_deepspeed(values: dict) -> tuple[str | None, str | None]:
+    """(the DeepSpeed file the script's flags name, the flag), whichever of --ds_config / --deepspeed named it; one
+    error when both name different files."""
     ds_config, deepspeed = values.get("ds_config"), values.get("deepspeed")
     if ds_config and deepspeed and os.path.abspath(ds_config) != os.path.abspath(str(deepspeed)):
         raise UserInputError(
             f"--ds_config {ds_config!r} and --deepspeed {deepspeed!r} disagree. Fix: pass only one of them."
         )
     path = ds_config or deepspeed
-    if path and isinstance(path, str):
-        flag = "ds_config" if ds_config else "deepspeed"
-        if os.path.isdir(path):  # (load_ds_config names a missing file)
-            require_file(flag, path, "pass one of the files in ds_configs/ (e.g. ds_configs/zero2.json).")
-        values["deepspeed"] = load_ds_config(path, flag=f"--{flag}")
-        values["ds_config"] = path
-        ensure_single_process_env()
+    return (path, "ds_config" if ds_config else "deepspeed") if path and isinstance(path, str) else (None, None)
+
+
+def _read_ds_file(path: str, flag: str) -> dict:
+    if os.path.isdir(path):  # (load_ds_config names a missing file)
+        require_file(flag, path, "pass one of the files in ds_configs/ (e.g. ds_configs/zero2.json).")
+    return load_ds_config(path, flag=f"--{flag}" if not flag.startswith("accelerate") else flag)
+
+
+def _resolve_ds_config(values: dict, environ=os.environ) -> EngineRoute:
+    """Every route to an engine (`parallel/engine_routes.py`) into TrainingArguments' own fields, before it is built:
+    the DeepSpeed file of --ds_config / --deepspeed, or the one accelerate's DeepSpeed plugin names, or accelerate's
+    own fields, read and checked once and handed to TrainingArguments as the dict (its `deepspeed` field takes a path
+    or a dict), with the Trainer-owned keys the file leaves out set to "auto"; accelerate's FSDP plugin as --fsdp
+    with its fsdp_config. transformers builds its DeepSpeed config (the dict `engine_of` takes as `Engine.ds_config`
+    and the project resolves in place) without opening the file again. `ds_config` keeps the file's path for the
+    card and the reports. Two routes that name different engines, files or stages are one error."""
+    path, flag = _flags_deepspeed(values)
+    accelerate_ds, accelerate_fsdp_config = accelerate_deepspeed(environ), accelerate_fsdp(environ)
+    if accelerate_fsdp_config is not None and path:
+        refuse_two_engines(f"--{flag} {path!r}", "accelerate's FSDP plugin (distributed_type FSDP, --use_fsdp)")
+    if accelerate_ds is not None and values.get("fsdp"):
+        refuse_two_engines("--fsdp", accelerate_ds[1])
+    if path:
+        config, route = _read_ds_file(path, flag), f"--{flag} {path}"
+        if accelerate_ds is not None:
+            refuse_other_deepspeed(path, config, *accelerate_ds)
+            route += f" (also named by {accelerate_ds[1]})"
+    elif accelerate_ds is not None:
+        source, route = accelerate_ds
+        if isinstance(source, str):
+            config = _read_ds_file(source, "accelerate's deepspeed_config_file")
+            refuse_other_stage(source, config, route, environ)
+            values["ds_config"] = source
+        else:
+            config = source
+            check_zero_values(config.get("zero_optimization", {}), route, "accelerate launch")
+    elif accelerate_fsdp_config is not None and not values.get("fsdp"):
+        values["fsdp"] = True
+        values["fsdp_config"] = accelerate_fsdp_config
+        return EngineRoute(f"accelerate's FSDP plugin (fsdp_version {accelerate_fsdp_config.get('version', 1)})")
+    else:
+        fsdp_route = f"--fsdp --fsdp_config {values.get('fsdp_config')}"
+        return EngineRoute(fsdp_route) if values.get("fsdp") else NO_ROUTE
+    filled = fill_left_out_keys(config)
+    values["deepspeed"] = config
+    values["ds_config"] = values.get("ds_config") or path
+    ensure_single_process_env()
+    return EngineRoute(route, filled)
 
 
 def check_fsdp_config_file(path) -> None:
@@ -197,23 +250,25 @@ def check_fsdp_config_file(path) -> None:
     _read_args_file(path, flag="fsdp_config")
 
 
-def resolve_engine_values(values: dict) -> None:
-    """The engine's files, from the parsed values (a flag's every spelling, a file's keys, overrides on top) before
-    TrainingArguments is built from them: `ds_config` folded into `deepspeed` and the DeepSpeed and FSDP files
-    checked. `parse_args` then reads the engine out of TrainingArguments once (`run_engine`)."""
-    _resolve_ds_config(values)
+def resolve_engine_values(values: dict) -> EngineRoute:
+    """The engine's files, from the parsed values (a flag's every spelling, a file's keys, overrides on top) and the
+    plugin `accelerate launch` handed the process, before TrainingArguments is built from them: every route folded
+    into `deepspeed` (or `fsdp` + `fsdp_config`) and the DeepSpeed and FSDP files checked. `parse_args` then reads the
+    engine out of TrainingArguments once (`run_engine`)."""
+    route = _resolve_ds_config(values)
     check_fsdp_config_file(values.get("fsdp_config"))
+    return route
 
 
-def run_engine(training, ds_config_path: str | None) -> Engine:
+def run_engine(training, ds_config_path: str | None, route: EngineRoute = NO_ROUTE) -> Engine:
     """The engine TrainingArguments select, read out of them once (`parallel.engine.engine_of` takes the values):
-    transformers' DeepSpeed config when --ds_config/--deepspeed is set (a path given to TrainingArguments directly
-    is its own file name), else the FSDP plugin's arguments."""
+    transformers' DeepSpeed config when a route set it (a path given to TrainingArguments directly is its own file
+    name), else the FSDP plugin's arguments; `route`: how the user named it (`resolve_engine_values`)."""
     deepspeed = training.deepspeed
     if not deepspeed:
-        return engine_of(fsdp_plugin_args=training.fsdp_plugin_args)
+        return engine_of(fsdp_plugin_args=training.fsdp_plugin_args, route=route)
     path = deepspeed if isinstance(deepspeed, str) else ds_config_path
-    return engine_of(training.hf_deepspeed_config, ds_config_path=path)
+    return engine_of(training.hf_deepspeed_config, ds_config_path=path, route=route)
 
 
 def has_accelerator() -> bool:
@@ -238,7 +293,7 @@ def _parse_args_file(parser: HfArgumentParser, path: str, overrides: list[str]) 
     if not overrides:  # parse_dict: no parse_known_args, so its checks run here
         require_choices(values, parser)
         check_values(values)
-        resolve_engine_values(values)
+        parser.engine_route = resolve_engine_values(values)
         return _build(parser, "parse_dict", values)
     parser.set_defaults(**values)  # every action of a flag (a bool's --no_<flag> too) takes the file's value
     parser.file_keys = frozenset(values)  # their parsed values are checked against the choices (parse_known_args)
@@ -253,14 +308,14 @@ def _parse_flags(parser: HfArgumentParser, argv: list[str]) -> tuple:
     return tuple(groups)
 
 
-def _parse(argv: list[str], extra_classes: tuple = ()) -> tuple:
-    """The dataclasses from argv or from one .json/.yaml file (plus overrides after it); `--ds_config` resolved into
-    `deepspeed` from the parsed values (`resolve_engine_values`). `extra_classes`: a recipe's own groups, after the
-    shared ones."""
+def _parse(argv: list[str], extra_classes: tuple = ()) -> tuple[tuple, EngineRoute]:
+    """(the dataclasses, the engine's route) from argv or from one .json/.yaml file (plus overrides after it); every
+    route to an engine resolved into `deepspeed` (or `fsdp`) from the parsed values (`resolve_engine_values`).
+    `extra_classes`: a recipe's own groups, after the shared ones."""
     parser = _CheckingParser((*ALL_ARGUMENT_CLASSES, *extra_classes))
     if argv and _is_args_file(argv[0]):
-        return _parse_args_file(parser, argv[0], argv[1:])
-    return _parse_flags(parser, argv)
+        return _parse_args_file(parser, argv[0], argv[1:]), parser.engine_route
+    return _parse_flags(parser, argv), parser.engine_route
 
 
 def parse_args(argv: list[str] | None = None, mae: bool = False) -> RecipeArguments:
@@ -268,9 +323,10 @@ def parse_args(argv: list[str] | None = None, mae: bool = False) -> RecipeArgume
     loads. Field checks live in each dataclass's `__post_init__`; checks across groups are in `validate_args`.
     `mae`: recipes/pretrain_mae.py's flags too (`MaeArguments`), and its refusals (`check_mae_run`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = RecipeArguments(*_parse(argv, (MaeArguments,) if mae else ()))
+    groups, route = _parse(argv, (MaeArguments,) if mae else ())
+    args = RecipeArguments(*groups)
     # The one read of the engine: every later reader uses this object.
-    args.run_engine = run_engine(args.training, args.engine.ds_config)
+    args.run_engine = run_engine(args.training, args.engine.ds_config, route)
     keep_hub_token_out_of_arguments(args.training)
     if mae:
         check_mae_run(args)

@@ -60,10 +60,27 @@ class ScriptParser(OneLineErrors, argparse.ArgumentParser):
         self.script = script
 
 
+def deepspeed_for_the_trainer(path: str) -> dict:
+    """--deepspeed FILE as TrainingArguments should get it: the file read and checked (one error line for a bad one),
+    the keys the Trainer owns that it leaves out set to "auto" (a bare `{"zero_optimization": {"stage": 2}}` trains),
+    and, with no launcher, a one-process world declared as torchrun would (DeepSpeed would try MPI discovery)."""
+    from hf_vit_scaling.parallel.deepspeed_config import load_ds_config
+    from hf_vit_scaling.parallel.distributed import ensure_single_process_env
+    from hf_vit_scaling.parallel.engine_routes import fill_left_out_keys
+
+    config = load_ds_config(path, flag="--deepspeed")
+    fill_left_out_keys(config)
+    ensure_single_process_env()
+    return config
+
+
 class DataclassParser(OneLineErrors, HfArgumentParser):
     """`HfArgumentParser` with one-line refusals: `parse_flags` returns the dataclasses, and an unknown flag is one
     error naming it (HfArgumentParser raises a bare ValueError listing every leftover string); no `.args` file is
     read. `script`: as for `ScriptParser`."""
+
+    reads_deepspeed_file = True  # --deepspeed FILE read here (`deepspeed_for_the_trainer`); the recipes' parser
+    # resolves every route to an engine itself (arguments/parse.py)
 
     def __init__(self, dataclass_types, script: str | None = None, **kwargs):
         super().__init__(dataclass_types, **kwargs)
@@ -74,6 +91,12 @@ class DataclassParser(OneLineErrors, HfArgumentParser):
         script (sys.argv[0]) and puts that file's flags in front of the command line's, so a file nobody named would
         change the run. Only the command line gives values (or one .json/.yaml file named first: `arguments.parse`)."""
         return super().parse_args_into_dataclasses(args, return_remaining_strings, look_for_args_file=False)
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, remaining = super().parse_known_args(args, namespace)
+        if self.reads_deepspeed_file and isinstance(getattr(namespace, "deepspeed", None), str):
+            namespace.deepspeed = deepspeed_for_the_trainer(namespace.deepspeed)
+        return namespace, remaining
 
     def parse_flags(self, argv: list[str] | None = None) -> tuple:
         *groups, remaining = self.parse_args_into_dataclasses(argv, return_remaining_strings=True)

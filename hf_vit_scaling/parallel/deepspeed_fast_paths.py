@@ -56,8 +56,10 @@ on two) and calls the original where its condition does not hold:
 Each is installed only over the DeepSpeed source it was written and tested against (`FastPath.source_sha` pins a hash
 of the original's source, `also_pins` those of the methods whose work it does itself): after a DeepSpeed upgrade that
 changes a method, its fast path stays off and the run reports so, and
-`tests/unit/parallel/test_deepspeed_fast_paths.py` fails until the replacement is reviewed. Set
-`HF_VIT_SCALING_DEEPSPEED_FAST_PATHS=0` to run DeepSpeed's own code unchanged. The replacements:
+`tests/unit/parallel/test_deepspeed_fast_paths.py` fails until the replacement is reviewed; a method that is missing
+(another DeepSpeed version) turns its path off the same way, never an error. A path made of parts (`requires`) is
+installed whole or not at all. Set `HF_VIT_SCALING_DEEPSPEED_FAST_PATHS=0` to run DeepSpeed's own code unchanged (it
+also puts back any method replaced earlier in the process). The replacements:
 `zero12_fast_paths.py` and `zero3_fast_paths.py`.
 """
 
@@ -102,6 +104,7 @@ class FastPath:
     source_sha: str  # sha256 of the original's source, first 16 hex digits
     make: Callable  # make(original) -> replacement
     also_pins: tuple[tuple[str, str], ...] = ()  # (attribute of the owner, sha): methods whose work it does itself
+    requires: tuple[str, ...] = ()  # fast paths without which this one is not installed either (its other parts)
 
 
 def undecorated(function):
@@ -142,6 +145,12 @@ def _installed(*names: str) -> Callable[[], bool]:
 
 
 WHOLE_THROUGH_STEP_HALVES = _installed("zero3_whole_through_step_release", "zero3_whole_through_step_gather")
+# The three parts of one fast path: installed together or not at all.
+WHOLE_THROUGH_STEP_PARTS = (
+    "zero3_whole_through_step",
+    "zero3_whole_through_step_release",
+    "zero3_whole_through_step_gather",
+)
 STAGE12 = "deepspeed.runtime.zero.stage_1_and_2"
 STAGE3 = "deepspeed.runtime.zero.stage3"
 FAST_PATHS = (
@@ -170,18 +179,20 @@ FAST_PATHS = (
              lambda original: make_zero2_reduce_at_epilogue(original, _installed("zero12_file_at_once"))),
     FastPath("zero2_no_gradient_hooks", STAGE12, "DeepSpeedZeroOptimizer", "create_gradient_handling_hooks",
              "b84ceb8d3356fbed",  # after zero2_reduce_at_epilogue, which it needs
-             lambda original: make_zero2_no_gradient_hooks(original, _installed("zero2_reduce_at_epilogue"))),
+             lambda original: make_zero2_no_gradient_hooks(original, _installed("zero2_reduce_at_epilogue")),
+             requires=("zero2_reduce_at_epilogue",)),
     FastPath("zero12_file_at_once", STAGE12, "DeepSpeedZeroOptimizer", "reduce_gradients",
              "385b8e94b1d3cee7", make_zero12_file_at_once,
              also_pins=(("process_gradients", "a05fe9cac73c6432"), ("setup_buckets", "82266aa4880f7d64"),
                         ("reduce_ready_partitions_and_remove_grads", "46ef5f92c1b87d6f"),
                         ("reduce_independent_p_g_buckets_and_remove_grads", "500839d3f30cd91b"))),
     FastPath("zero3_whole_through_step", STAGE3, "DeepSpeedZeroOptimizer_Stage3", "_pre_step",
-             "6a560fa097ab03bb", lambda original: make_zero3_step_begins_whole(original, WHOLE_THROUGH_STEP_HALVES)),
+             "6a560fa097ab03bb", lambda original: make_zero3_step_begins_whole(original, WHOLE_THROUGH_STEP_HALVES),
+             requires=WHOLE_THROUGH_STEP_PARTS),
     FastPath("zero3_whole_through_step_release", STAGE3, "DeepSpeedZeroOptimizer_Stage3", "_partition_all_parameters",
-             "5612df89a66654a6", make_zero3_step_keeps_whole),
+             "5612df89a66654a6", make_zero3_step_keeps_whole, requires=WHOLE_THROUGH_STEP_PARTS),
     FastPath("zero3_whole_through_step_gather", STAGE3, "DeepSpeedZeroOptimizer_Stage3", "_post_step",
-             "d993f8fa66f06633", make_zero3_step_ends_whole),
+             "d993f8fa66f06633", make_zero3_step_ends_whole, requires=WHOLE_THROUGH_STEP_PARTS),
     FastPath("cpu_numa_cores_once", "deepspeed.utils.numa", None, "get_numa_cores",
              "96d75b0d4ea6627e", _make_cpu_numa_cores_once),
 )  # fmt: skip
@@ -208,23 +219,53 @@ def pins_of(path: FastPath, original) -> dict[str, str]:
     return {name: source_sha(replaced.get(name) or getattr(owner, name)) for name in reviewed_pins(path)}
 
 
+def why_off(path: FastPath) -> str | None:
+    """Why a fast path cannot be installed over the DeepSpeed in this process, or None when it can: its original,
+    or a method it pins, is missing (an older or newer DeepSpeed) or not the reviewed version. Never raises."""
+    try:
+        owner = owner_of(path)
+        original = getattr(owner, path.attribute)
+        installed = pins_of(path, original)
+    except (ImportError, AttributeError, OSError, TypeError) as err:  # moved, renamed or source unreadable
+        return f"off (not in this DeepSpeed: {' '.join(str(err).split())})"
+    changed = [name for name, sha in installed.items() if sha != reviewed_pins(path)[name]]
+    return f"off (DeepSpeed's {changed[0]} is not the reviewed version)" if changed else None
+
+
+def installable() -> dict[str, str | None]:
+    """{name: None if it can be installed, else why not} for every fast path, a path whose required parts cannot be
+    installed counted off with them."""
+    reasons = {path.name: why_off(path) for path in FAST_PATHS}
+    changed = True
+    while changed:  # a part that is off turns off what requires it, and so on
+        changed = False
+        for path in FAST_PATHS:
+            missing = [name for name in path.requires if reasons[name] is not None and name != path.name]
+            if reasons[path.name] is None and missing:
+                reasons[path.name] = f"off (its part {missing[0]} is off)"
+                changed = True
+    return reasons
+
+
 def install_deepspeed_fast_paths() -> dict[str, str]:
     """Install every fast path whose original's source matches its pin (idempotent): {name: "on" or why it is
-    off}, for the throughput report."""
+    off}, for the report and the card. Never raises: a missing or changed DeepSpeed method turns off the paths that
+    need it. With the switch at 0, DeepSpeed's own methods are put back (a fast path installed earlier in this
+    process included)."""
     if os.environ.get(ENV_SWITCH, "1") == "0":
+        uninstall_deepspeed_fast_paths()
         return {path.name: f"off ({ENV_SWITCH}=0)" for path in FAST_PATHS}
+    reasons = installable()
     status = {}
     for path in FAST_PATHS:
         if path.name in _INSTALLED:
             status[path.name] = "on"
             continue
+        if reasons[path.name] is not None:
+            status[path.name] = reasons[path.name]
+            continue
         owner = owner_of(path)
         original = getattr(owner, path.attribute)
-        reviewed = reviewed_pins(path)
-        changed = [name for name, sha in pins_of(path, original).items() if sha != reviewed[name]]
-        if changed:
-            status[path.name] = f"off (DeepSpeed's {changed[0]} is not the reviewed version)"
-            continue
         replacement = path.make(original)
         if undecorated(original) is not original:  # keep DeepSpeed's NVTX range around it (GPU profiles)
             from deepspeed.utils.nvtx import instrument_w_nvtx

@@ -21,8 +21,10 @@ clipping).
 from dataclasses import dataclass, field
 from typing import Any
 
+from hf_vit_scaling.log import logger
 from hf_vit_scaling.parallel.deepspeed_config import ConfigReading, model_sized_values, read_config
 from hf_vit_scaling.parallel.distributed import init_deepspeed_comm
+from hf_vit_scaling.parallel.engine_routes import NO_ROUTE, EngineRoute
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Engine:
     kind: str
     ds_config: dict[str, Any] | None = None  # the config TrainingArguments loaded, "auto" values filled
     ds_config_path: str | None = None
+    route: str = EngineRoute.route  # how the user named the engine (`engine_routes`): a flag, or accelerate's plugin
     fsdp_plugin_args: dict[str, Any] = field(default_factory=dict)  # TrainingArguments.fsdp_plugin_args
     ds_config_mismatches: tuple[str, ...] = ()  # config values that contradict the flags (transformers' list)
     resolved: dict[str, dict] = field(default_factory=dict, compare=False)  # {dotted key: {"value", "reason"}}
@@ -85,6 +88,16 @@ class Engine:
         if self.resolved.get("zero_optimization.memory_efficient_linear", {}).get("value") is False:
             restore_torch_linear()
 
+    def fast_paths_summary(self) -> str:
+        """One line on DeepSpeed's fast paths in this process: "12 of 17 on: a, b, ...; off: c (why), ..."."""
+        on = [name for name, status in self.fast_paths.items() if status == "on"]
+        off = [f"{name} {status}" for name, status in self.fast_paths.items() if status != "on"]
+        return (
+            f"{len(on)} of {len(self.fast_paths)} on"
+            + (f": {', '.join(on)}" if on else "")
+            + (f"; {'; '.join(off)}" if off else "")
+        )
+
     @property
     def fsdp_cpu_offload(self) -> bool:
         return bool(self.fsdp_plugin_args.get("cpu_offload"))
@@ -136,18 +149,32 @@ def encoder_layer_class(model) -> str | None:
 
 
 def engine_of(
-    hf_deepspeed_config=None, fsdp_plugin_args: dict | None = None, ds_config_path: str | None = None
+    hf_deepspeed_config=None,
+    fsdp_plugin_args: dict | None = None,
+    ds_config_path: str | None = None,
+    route: EngineRoute = NO_ROUTE,
 ) -> Engine:
     """The engine of a run, from what TrainingArguments built (parse_args already checked and loaded any DeepSpeed/FSDP
     config, and hands over these values once): `hf_deepspeed_config`, transformers' DeepSpeed config when DeepSpeed
     runs (its `config` is the dict the Trainer will use, not a copy; its `mismatches`, config values that contradict
-    the flags); else `fsdp_plugin_args` when FSDP runs. `ds_config_path`: the file the DeepSpeed dict was read from."""
+    the flags); else `fsdp_plugin_args` when FSDP runs. `ds_config_path`: the file the DeepSpeed dict was read from;
+    `route`: how the user named the engine, and the Trainer-owned keys the config left out (set to "auto", so the
+    Trainer filled them: recorded in `resolved`)."""
     if hf_deepspeed_config is not None:
         mismatches = tuple(m.strip("- ").strip() for m in getattr(hf_deepspeed_config, "mismatches", []))
-        return Engine("deepspeed", hf_deepspeed_config.config, ds_config_path, ds_config_mismatches=mismatches)
+        engine = Engine(
+            "deepspeed", hf_deepspeed_config.config, ds_config_path, route.route, ds_config_mismatches=mismatches
+        )
+        for dotted, reason in route.filled:  # their values as the Trainer filled them
+            *sections, key = dotted.split(".")
+            node = engine.ds_config
+            for section in sections:
+                node = node.get(section, {})
+            engine.resolved[dotted] = {"value": node.get(key), "reason": reason}
+        return engine
     if fsdp_plugin_args:
-        return Engine("fsdp", fsdp_plugin_args=dict(fsdp_plugin_args))
-    return Engine("trainer")
+        return Engine("fsdp", fsdp_plugin_args=dict(fsdp_plugin_args), route=route.route)
+    return Engine("trainer", route=route.route)
 
 
 def start_engine(engine: Engine, device_type: str, mixed_precision: str) -> None:
@@ -156,10 +183,17 @@ def start_engine(engine: Engine, device_type: str, mixed_precision: str) -> None
     FSDP2 on a CPU world (`device_type` "cpu") needs accelerate told, with the Trainer's `mixed_precision` (see
     `select_fsdp_on_cpu`)."""
     if engine.kind == "deepspeed":
-        from hf_vit_scaling.parallel.deepspeed_fast_paths import install_deepspeed_fast_paths  # DeepSpeed runs only
+        from hf_vit_scaling.parallel.deepspeed_fast_paths import (  # DeepSpeed runs only
+            ENV_SWITCH,
+            install_deepspeed_fast_paths,
+        )
 
         init_deepspeed_comm()
         engine.fast_paths.update(install_deepspeed_fast_paths())
+        logger.info(
+            f"DeepSpeed {engine.label()} from {engine.route}; fast paths (ds_configs/README.md, {ENV_SWITCH}=0 "
+            f"turns them off): {engine.fast_paths_summary()}"
+        )
     elif engine.kind == "fsdp" and device_type == "cpu":
         select_fsdp_on_cpu(engine.fsdp_plugin_args, mixed_precision)
 

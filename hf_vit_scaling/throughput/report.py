@@ -135,6 +135,8 @@ def format_report(report: dict) -> str:
         f"ranks        fastest {rk['fastest_rank']}, slowest {rk['slowest_rank']}, spread "
         f"{_fmt(rk['spread'], '.2f', 'x')}, est. wait at gradient sync {rk['est_sync_wait_s_total']:.2f} s in all",
     ]
+    if s.get("engine_route"):
+        lines.append(f"{'engine from':<13}{s['engine_route']}")
     lines += resolved_lines(s.get("deepspeed_resolved") or {})
     lines += fast_path_lines(s.get("deepspeed_fast_paths") or {})
     compiled = compile_line(report["compile"], t["warmup_steps"])

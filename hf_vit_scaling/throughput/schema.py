@@ -5,12 +5,14 @@ docs/throughput.md is checked against `REPORT_SCHEMA` by the tests, so the page 
 
 import json
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 REPORT_FILENAME = "throughput.json"
 
 REPORT_SCHEMA: dict[str, dict[str, str]] = {
     "setup": {
         "engine": "deepspeed, fsdp (FSDP2) or trainer (the plain Trainer: DDP with several processes)",
+        "engine_route": "how the engine was named: a flag (--ds_config FILE, --deepspeed FILE, --fsdp), accelerate's "
+        "DeepSpeed or FSDP plugin (its config or launch flags), or none",
         "world_size": "processes in the run",
         "num_nodes": "distinct nodes (host + launcher node rank)",
         "per_device_train_batch_size": "micro-batch per process",
@@ -155,8 +157,15 @@ def upgrade_v5(report: dict) -> dict:
     return report
 
 
+def upgrade_v6(report: dict) -> dict:
+    """Version 6 files (before the engine's route was recorded) read as version 7: the route is unknown (null)."""
+    report.setdefault("setup", {}).setdefault("engine_route", None)
+    report["schema_version"] = 7
+    return report
+
+
 def load_throughput_report(path: str) -> dict:
-    """Read a throughput.json (version 6, or versions 1 to 5 upgraded), checking every section and key."""
+    """Read a throughput.json (version 7, or versions 1 to 6 upgraded), checking every section and key."""
     with open(path, encoding="utf-8") as f:
         report = json.load(f)
     version = report.get("schema_version")
@@ -174,6 +183,9 @@ def load_throughput_report(path: str) -> dict:
         version = 5
     if version == 5:
         report = upgrade_v5(report)
+        version = 6
+    if version == 6:
+        report = upgrade_v6(report)
     elif version != SCHEMA_VERSION:
         raise ValueError(f"{path}: throughput report schema {version!r}; this version reads 1 to {SCHEMA_VERSION}")
     missing = [

@@ -149,6 +149,7 @@ def summarize(per_rank: list[dict], setup: dict) -> dict:
         "schema_version": SCHEMA_VERSION,
         "setup": {
             "engine": setup["engine"],
+            "engine_route": setup.get("engine_route"),
             "world_size": world,
             "num_nodes": len({r["node"] for r in per_rank}),
             "per_device_train_batch_size": per_device,

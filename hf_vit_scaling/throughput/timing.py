@@ -380,6 +380,7 @@ class ThroughputCallback(TrainerCallback):
         settings = self.trainer_settings
         return {
             "engine": engine.kind if engine is not None else "trainer",
+            "engine_route": engine.route if engine is not None else None,
             "per_device_train_batch_size": settings["per_device_train_batch_size"],
             "gradient_accumulation_steps": settings["gradient_accumulation_steps"],
             "zero_stage": engine.zero_stage if engine is not None else None,

@@ -67,6 +67,55 @@ def test_the_switch_leaves_deepspeed_s_code_alone(monkeypatch):
     assert {p.name: getattr(fast.owner_of(p), p.attribute) for p in fast.FAST_PATHS} == before
 
 
+def test_the_switch_puts_back_what_an_earlier_install_replaced(monkeypatch):
+    """Fails if the switch set after an install (a second run in one process, a benchmark's arm) only reports "off"
+    while DeepSpeed's methods stay replaced."""
+    ours = {p.name for p in fast.FAST_PATHS} - fast._INSTALLED.keys()
+    try:
+        monkeypatch.setenv(fast.ENV_SWITCH, "1")
+        assert set(fast.install_deepspeed_fast_paths().values()) == {"on"}
+        monkeypatch.setenv(fast.ENV_SWITCH, "0")
+        fast.install_deepspeed_fast_paths()
+        assert not fast._INSTALLED
+        assert all(getattr(fast.owner_of(p), p.attribute) is originals()[p.name] for p in fast.FAST_PATHS)
+        assert all(getattr(fast.owner_of(p), p.attribute).__module__.startswith("deepspeed") for p in fast.FAST_PATHS)
+    finally:
+        for name in ours & fast._INSTALLED.keys():  # leave the process as this test found it
+            owner, original = fast._INSTALLED.pop(name)
+            setattr(owner, next(p for p in fast.FAST_PATHS if p.name == name).attribute, original)
+
+
+def test_a_method_missing_from_deepspeed_turns_its_fast_path_off_without_raising(monkeypatch):
+    """DeepSpeed 0.17-0.18.2 have no `setup_buckets` (a method `zero12_file_at_once` pins): installing raised
+    AttributeError at the start of every DeepSpeed run. Now that path is off, with the reason, and the rest install."""
+    path = next(p for p in fast.FAST_PATHS if p.name == "zero12_file_at_once")
+    missing = fast.FastPath(**{**path.__dict__, "also_pins": (*path.also_pins, ("no_such_method", "0" * 16))})
+    gone = fast.FastPath(**{**fast.FAST_PATHS[0].__dict__, "module": "deepspeed.no_such_module"})
+    monkeypatch.setattr(fast, "FAST_PATHS", (missing, gone))
+    monkeypatch.setattr(fast, "_INSTALLED", {})
+    before = getattr(fast.owner_of(path), path.attribute)
+    status = fast.install_deepspeed_fast_paths()
+    assert status[path.name].startswith("off (not in this DeepSpeed:") and "no_such_method" in status[path.name]
+    assert status[gone.name].startswith("off (not in this DeepSpeed:") and "no_such_module" in status[gone.name]
+    assert getattr(fast.owner_of(path), path.attribute) is before
+
+
+def test_a_fast_path_of_parts_installs_whole_or_not_at_all(monkeypatch):
+    """On DeepSpeed 0.18.9 `_pre_step` differs while `_partition_all_parameters` and `_post_step` match: the two
+    halves of `zero3_whole_through_step` were installed without the part that marks the step. All three stay off."""
+    parts = [p for p in fast.FAST_PATHS if p.name in fast.WHOLE_THROUGH_STEP_PARTS]
+    stale_first = [fast.FastPath(**{**p.__dict__, "source_sha": "0" * 16}) if p.attribute == "_pre_step" else p
+                   for p in parts]  # fmt: skip
+    monkeypatch.setattr(fast, "FAST_PATHS", tuple(stale_first))
+    monkeypatch.setattr(fast, "_INSTALLED", {})
+    before = {p.name: getattr(fast.owner_of(p), p.attribute) for p in parts}
+    status = fast.install_deepspeed_fast_paths()
+    assert status["zero3_whole_through_step"].startswith("off (DeepSpeed's _pre_step")
+    assert status["zero3_whole_through_step_release"] == "off (its part zero3_whole_through_step is off)"
+    assert status["zero3_whole_through_step_gather"] == "off (its part zero3_whole_through_step is off)"
+    assert {p.name: getattr(fast.owner_of(p), p.attribute) for p in parts} == before
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_norms_in_fp64_equal_deepspeed_s_per_tensor_norm_bit_for_bit(dtype):
     """DeepSpeed: `vector_norm(g.to(float64))` per gradient. ViT-shaped fp32 and bf16 gradients, values over 8 orders
