@@ -12,7 +12,7 @@ NUM_PROCESSES ?= $(shell if command -v nvidia-smi >/dev/null 2>&1; then \
 	else n=$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$$n" -gt 0 ] && echo $$n || echo 1; fi; \
 	else echo 2; fi)
 
-.PHONY: install train medical medical-distil fashion-distil test test-extended test-serial test-fast test-unit docs-figures style quality clean gpu-check
+.PHONY: install train medical medical-distil fashion-distil test test-extended test-deepspeed-lowest test-serial test-fast test-unit docs-figures style quality clean gpu-check
 
 install: $(VENV)/.installed
 
@@ -63,6 +63,19 @@ test: install
 
 test-extended: install
 	$(VENV)/bin/python -m pytest -q tests -n 2 --dist loadfile --durations=25 -m extended
+
+# setup.cfg's lowest DeepSpeed (`deepspeed>=LOWEST,<=HIGHEST`), put before .venv's on the path (pip --target, no
+# dependencies: the rest is .venv's), with its own compiled CPU ops: the fast paths' bit-for-bit tests and a ZeRO-2
+# and a ZeRO-3 recipe run (tests/launched/test_deepspeed_versions.py). CI runs it; .venv keeps the highest.
+DEEPSPEED_LOWEST = $(shell sed -n 's/^ *deepspeed>=\([0-9.]*\),.*/\1/p' setup.cfg)
+LOWEST_DIR = .deepspeed-lowest
+test-deepspeed-lowest: install
+	test -f $(LOWEST_DIR)/deepspeed-$(DEEPSPEED_LOWEST).ok || { rm -rf $(LOWEST_DIR) && \
+		$(PY) -m pip install -q --no-deps --target $(LOWEST_DIR) "deepspeed==$(DEEPSPEED_LOWEST)" && \
+		touch $(LOWEST_DIR)/deepspeed-$(DEEPSPEED_LOWEST).ok; }
+	PYTHONPATH=$(CURDIR)/$(LOWEST_DIR) TORCH_EXTENSIONS_DIR=$(CURDIR)/$(LOWEST_DIR)/torch_extensions \
+		$(VENV)/bin/python -m pytest -q tests/launched/test_deepspeed_versions.py \
+		tests/launched/test_deepspeed_fast_paths.py -k "versions or bit_for_bit" -n 2 --dist loadfile
 
 test-serial: install
 	$(VENV)/bin/python -m pytest -q tests --durations=25

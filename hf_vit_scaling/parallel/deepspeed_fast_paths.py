@@ -71,6 +71,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.parallel.zero3_fast_paths import (
     make_zero3_grad_norm,
     make_zero3_grouped_norm,
@@ -232,10 +233,13 @@ def why_off(path: FastPath) -> str | None:
     return f"off (DeepSpeed's {changed[0]} is not the reviewed version)" if changed else None
 
 
-def installable() -> dict[str, str | None]:
+def installable(left_out: set[str] = frozenset()) -> dict[str, str | None]:
     """{name: None if it can be installed, else why not} for every fast path, a path whose required parts cannot be
-    installed counted off with them."""
-    reasons = {path.name: why_off(path) for path in FAST_PATHS}
+    installed counted off with them; `left_out`: the ones the switch leaves out."""
+    reasons = {
+        path.name: f"off ({ENV_SWITCH} leaves it out)" if path.name in left_out else why_off(path)
+        for path in FAST_PATHS
+    }
     changed = True
     while changed:  # a part that is off turns off what requires it, and so on
         changed = False
@@ -247,15 +251,36 @@ def installable() -> dict[str, str | None]:
     return reasons
 
 
+def left_out_by_switch() -> set[str]:
+    """The fast paths the switch leaves out: every one for "0", none for "1" or unset, the named ones for a list of
+    `-name` (`HF_VIT_SCALING_DEEPSPEED_FAST_PATHS=-zero12_grad_norm,-cpu_numa_cores_once`: the rest stay on; what
+    `benchmarks/engine_overhead.py --leave_one_out` measures). An unknown name is one error naming it."""
+    value = os.environ.get(ENV_SWITCH, "1").strip()
+    if value in ("", "1"):
+        return set()
+    if value == "0":
+        return {path.name for path in FAST_PATHS}
+    names = [part.strip() for part in value.split(",") if part.strip()]
+    known = {path.name for path in FAST_PATHS}
+    unknown = [name for name in names if not name.startswith("-") or name[1:] not in known]
+    if unknown:
+        raise UserInputError(
+            f"{ENV_SWITCH}={value!r}: {unknown[0]!r} is not 0, 1 or -NAME of a fast path. Fix: use 0 (all off), 1 "
+            "(all on) or a list such as -zero12_grad_norm,-cpu_numa_cores_once (names: ds_configs/README.md)."
+        )
+    return {name[1:] for name in names}
+
+
 def install_deepspeed_fast_paths() -> dict[str, str]:
     """Install every fast path whose original's source matches its pin (idempotent): {name: "on" or why it is
-    off}, for the report and the card. Never raises: a missing or changed DeepSpeed method turns off the paths that
-    need it. With the switch at 0, DeepSpeed's own methods are put back (a fast path installed earlier in this
-    process included)."""
-    if os.environ.get(ENV_SWITCH, "1") == "0":
-        uninstall_deepspeed_fast_paths()
+    off}, for the report and the card. Never raises for DeepSpeed's sake: a missing or changed DeepSpeed method turns
+    off the paths that need it. The switch (`left_out_by_switch`) leaves out all or some; a path it leaves out is put
+    back to DeepSpeed's own method if an earlier call in this process installed it."""
+    left_out = left_out_by_switch()
+    uninstall_deepspeed_fast_paths(left_out)
+    if left_out == {path.name for path in FAST_PATHS}:
         return {path.name: f"off ({ENV_SWITCH}=0)" for path in FAST_PATHS}
-    reasons = installable()
+    reasons = installable(left_out)
     status = {}
     for path in FAST_PATHS:
         if path.name in _INSTALLED:
@@ -277,9 +302,15 @@ def install_deepspeed_fast_paths() -> dict[str, str]:
     return status
 
 
-def uninstall_deepspeed_fast_paths() -> None:
-    """Put DeepSpeed's own methods back (tests compare both)."""
+def uninstall_deepspeed_fast_paths(names: set[str] | None = None) -> None:
+    """Put DeepSpeed's own methods back: every one replaced (tests compare both), or those of the paths `names` and
+    of the paths that require them."""
+    if names is not None:
+        required = {path.name for path in FAST_PATHS if set(path.requires) & set(names)}
+        names = set(names) | required
     for name, (owner, original) in list(_INSTALLED.items()):
+        if names is not None and name not in names:
+            continue
         path = next(p for p in FAST_PATHS if p.name == name)
         setattr(owner, path.attribute, original)
         del _INSTALLED[name]

@@ -53,15 +53,24 @@ def assert_same_numbers(own: dict, fast: dict, stage) -> None:
     assert not different, f"ZeRO-{stage}: final weights differ in {different[:5]}"
 
 
+def on(fast: dict, *names: str) -> bool:
+    """Whether every fast path `names` was installed in the fast run (all are over setup.cfg's highest DeepSpeed;
+    on its lowest some are off, and their tests then hold the run to DeepSpeed's own counts)."""
+    return all(fast["status"][name] == "on" for name in names)
+
+
 @pytest.mark.parametrize("stage", [1, 2, 3, "3-whole"])
 def test_fast_paths_train_deepspeed_s_numbers_bit_for_bit(runs, stage):
     own, fast = runs[f"zero{stage}-deepspeed"], runs[f"zero{stage}-fast"]
     assert_same_numbers(own, fast, stage)
-    # every fast path of the stage ran each step (a world of one, fp32 gradients): the equality above is theirs
-    expected = {1: ZERO12_PATHS, 2: ZERO2_PATHS, 3: ZERO3_PATHS, "3-whole": ZERO3_PATHS}[stage]
+    # every fast path of the stage installed ran each step (a world of one, fp32 gradients): the equality is theirs
+    paths = {1: ZERO12_PATHS, 2: ZERO2_PATHS, 3: ZERO3_PATHS, "3-whole": ZERO3_PATHS}[stage]
+    expected = [name for name in paths if on(fast, name)]
     assert {name: fast["calls"].get(name, 0) >= 4 for name in expected} == dict.fromkeys(expected, True), fast["calls"]
     # a world of one all-reduces nothing: not the gradient buckets, not the norm's sum (DeepSpeed: 2 or 3 a step)
-    assert fast["collectives"].get("all_reduce", 0) == 0 < own["collectives"]["all_reduce"], (fast, own)
+    reducing = ("zero12_single_rank_reduce", "zero12_grad_norm") if stage in (1, 2) else ("zero3_grad_norm",)
+    if on(fast, *reducing):
+        assert fast["collectives"].get("all_reduce", 0) == 0 < own["collectives"]["all_reduce"], (fast, own)
 
 
 def test_zero2_with_one_bucket_and_nothing_to_overlap_hooks_no_gradient(runs, two_process_runs):
@@ -94,8 +103,12 @@ def test_two_processes_fewer_collectives_same_numbers_bit_for_bit(two_process_ru
     assert_same_numbers(own, fast, stage)
     mine, theirs = fast["collectives"], own["collectives"]
     # 2 groups: per step one all-reduce fewer for the norm (a NaN step's norm too)
-    assert mine["all_reduce"] == theirs["all_reduce"] - 4, (mine, theirs)
-    if stage in (1, 2):  # and one gather fewer for the updated weights
+    prefix = "zero12" if stage in (1, 2) else "zero3"
+    grouped, gather = f"{prefix}_grouped_norm", f"{prefix}_one_param_gather"
+    assert mine["all_reduce"] == theirs["all_reduce"] - (4 if on(fast, grouped) else 0), (mine, theirs)
+    if not on(fast, gather):
+        assert mine["all_gather_into_tensor"] == theirs["all_gather_into_tensor"], (mine, theirs)
+    elif stage in (1, 2):  # and one gather fewer for the updated weights
         assert mine["all_gather_into_tensor"] == theirs["all_gather_into_tensor"] - 4, (mine, theirs)
     else:  # every persistent parameter had its own gather after each step: one now
         assert mine["all_gather_into_tensor"] < theirs["all_gather_into_tensor"] - 4 * 10, (mine, theirs)

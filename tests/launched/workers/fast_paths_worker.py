@@ -21,6 +21,7 @@ from hf_vit_scaling.parallel.deepspeed_fast_paths import (
     uninstall_deepspeed_fast_paths,
 )
 from hf_vit_scaling.parallel.distributed import ensure_single_process_env
+from tests.helpers.deepspeed_range import highest_deepspeed, installed_deepspeed
 
 STEPS = 4
 LAYER = "transformers.models.vit.modeling_vit.ViTLayer"
@@ -167,7 +168,9 @@ def main() -> None:
             "filed_one_by_one": filed.get("one_by_one", 0),
         }
         status = install_deepspeed_fast_paths()
-        assert set(status.values()) == {"on"}, status
+        # Every path is on over the DeepSpeed its pins were reviewed against (setup.cfg's highest); on the lowest
+        # some are off with their reason, and the runs must still be DeepSpeed's own numbers.
+        assert installed_deepspeed() != highest_deepspeed() or set(status.values()) == {"on"}, status
         calls = {}
         count_calls(calls)
         collectives.clear()
@@ -180,6 +183,7 @@ def main() -> None:
             "collectives": dict(collectives),
             "releases": releases.get("all", 0),
             "filed_one_by_one": filed.get("one_by_one", 0),
+            "status": status,
         }
     if torch.distributed.get_rank() == 0:
         torch.save(results, os.environ["OUT"])

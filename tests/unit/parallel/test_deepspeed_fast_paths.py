@@ -85,6 +85,40 @@ def test_the_switch_puts_back_what_an_earlier_install_replaced(monkeypatch):
             setattr(owner, next(p for p in fast.FAST_PATHS if p.name == name).attribute, original)
 
 
+def test_the_switch_leaves_out_the_paths_it_names_and_their_other_parts(monkeypatch):
+    """`-name,...` leaves those paths (and the paths that require them) out, the rest on: the leave-one-out arms of
+    benchmarks/engine_overhead.py; a path installed earlier in the process goes back to DeepSpeed's method."""
+    ours = {p.name for p in fast.FAST_PATHS} - fast._INSTALLED.keys()
+    try:
+        monkeypatch.setenv(fast.ENV_SWITCH, "1")
+        fast.install_deepspeed_fast_paths()
+        monkeypatch.setenv(fast.ENV_SWITCH, "-zero12_grad_norm, -zero3_whole_through_step_gather")
+        status = fast.install_deepspeed_fast_paths()
+        left_out = f"off ({fast.ENV_SWITCH} leaves it out)"
+        assert status["zero12_grad_norm"] == status["zero3_whole_through_step_gather"] == left_out
+        for part in ("zero3_whole_through_step", "zero3_whole_through_step_release"):
+            assert status[part].startswith("off (its part zero3_whole_through_step"), status[part]
+        assert {name for name, s in status.items() if s == "on"} == set(status) - {
+            "zero12_grad_norm",
+            *fast.WHOLE_THROUGH_STEP_PARTS,
+        }
+        path = next(p for p in fast.FAST_PATHS if p.name == "zero12_grad_norm")
+        assert getattr(fast.owner_of(path), path.attribute) is originals()["zero12_grad_norm"]
+        assert "zero12_grad_norm" not in fast._INSTALLED
+    finally:
+        for name in ours & fast._INSTALLED.keys():
+            owner, original = fast._INSTALLED.pop(name)
+            setattr(owner, next(p for p in fast.FAST_PATHS if p.name == name).attribute, original)
+
+
+@pytest.mark.parametrize("value", ["-no_such_path", "zero12_grad_norm", "2"])
+def test_a_switch_value_that_names_no_fast_path_is_one_error(monkeypatch, value):
+    monkeypatch.setenv(fast.ENV_SWITCH, value)
+    with pytest.raises(fast.UserInputError, match=f"{fast.ENV_SWITCH}=") as err:
+        fast.install_deepspeed_fast_paths()
+    assert len(str(err.value).splitlines()) == 1
+
+
 def test_a_method_missing_from_deepspeed_turns_its_fast_path_off_without_raising(monkeypatch):
     """DeepSpeed 0.17-0.18.2 have no `setup_buckets` (a method `zero12_file_at_once` pins): installing raised
     AttributeError at the start of every DeepSpeed run. Now that path is off, with the reason, and the rest install."""
