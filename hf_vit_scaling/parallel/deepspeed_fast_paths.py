@@ -174,7 +174,8 @@ FAST_PATHS = (
     FastPath("zero3_grouped_norm", STAGE3, "DeepSpeedZeroOptimizer_Stage3", "_get_norm_groups",
              "6a068faa3149b1f4", make_zero3_grouped_norm),
     FastPath("zero3_whole_module_hooks", "deepspeed.runtime.zero.parameter_offload", "DeepSpeedZeRoOffload",
-             "setup_zero_stage3_hooks", "1ec65cef74df86a1", make_zero3_whole_module_hooks),
+             "setup_zero_stage3_hooks", "1ec65cef74df86a1", make_zero3_whole_module_hooks,
+             requires=WHOLE_THROUGH_STEP_PARTS),  # alone its root hook regathers each step's release
     FastPath("zero2_reduce_at_epilogue", STAGE12, "DeepSpeedZeroOptimizer",
              "overlapping_partition_gradients_reduce_epilogue", "7a5f8e7981c0e2c9",
              lambda original: make_zero2_reduce_at_epilogue(original, _installed("zero12_file_at_once"))),

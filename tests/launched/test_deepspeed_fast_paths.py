@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 
+from tests.helpers.deepspeed_range import highest_deepspeed, installed_deepspeed
 from tests.helpers.launchers import WORKERS, launcher_cmd, run
 
 pytestmark = pytest.mark.distributed
@@ -39,17 +40,24 @@ def two_process_runs(tmp_path_factory):
     return torch.load(out)
 
 
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit for bit, NaN equal to NaN (DeepSpeed before 0.19.8 steps on the NaN gradients of "3-whole")."""
+    return torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True)
+
+
 def assert_same_numbers(own: dict, fast: dict, stage) -> None:
     assert len(own["losses"]) == 4 and len({float(loss) for loss in own["losses"]}) > 1  # it trained
     # The clip (0.05) is below every step's norm here, so the norm scales every update: a wrong norm moves the weights.
-    # "3-whole": the second step's gradients are NaN and DeepSpeed skips it (its norm reads as inf).
+    # "3-whole": the second step's gradients are NaN and DeepSpeed skips it (its norm reads as inf); DeepSpeed before
+    # 0.19.8 skips a ZeRO-3 step only on fp16 overflow and steps on it, and the fast paths must do as it does.
     norms = [float(norm) for norm in own["norms"]]
-    assert all(n > 0.05 for n in norms) and (stage != "3-whole" or norms[1] == float("inf")), norms
+    skips_nan = installed_deepspeed() == highest_deepspeed()
+    assert all(n > 0.05 for n in norms) and (stage != "3-whole" or not skips_nan or norms[1] == float("inf")), norms
     for step, (a, b) in enumerate(zip(own["losses"], fast["losses"]), 1):
-        assert torch.equal(a, b), f"ZeRO-{stage} step {step}: loss {float(a)!r} with DeepSpeed, {float(b)!r} fast"
+        assert same(a, b), f"ZeRO-{stage} step {step}: loss {float(a)!r} with DeepSpeed, {float(b)!r} fast"
     for step, (a, b) in enumerate(zip(own["norms"], fast["norms"]), 1):
-        assert torch.equal(a, b), f"ZeRO-{stage} step {step}: grad norm {float(a)!r} vs {float(b)!r}"
-    different = [name for name, w in own["weights"].items() if not torch.equal(w, fast["weights"][name])]
+        assert same(a, b), f"ZeRO-{stage} step {step}: grad norm {float(a)!r} vs {float(b)!r}"
+    different = [name for name, w in own["weights"].items() if not same(w, fast["weights"][name])]
     assert not different, f"ZeRO-{stage}: final weights differ in {different[:5]}"
 
 
