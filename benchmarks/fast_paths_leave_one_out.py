@@ -33,7 +33,7 @@ PATHS = {
              "zero2_no_gradient_hooks"],
     (3, 1): ["zero3_grad_norm", "zero3_single_rank_reduce_scatter", "zero3_one_param_gather",
              "zero3_whole_module_hooks", "zero3_whole_through_step", "cpu_numa_cores_once"],
-    (3, 2): ["zero3_grad_norm", "zero3_grouped_norm", "zero3_one_param_gather", "zero3_whole_module_hooks",
+    (3, 2): ["zero3_grad_norm", "zero3_one_param_gather", "zero3_whole_module_hooks",
              "zero3_whole_through_step", "cpu_numa_cores_once"],
 }  # fmt: skip
 

@@ -97,6 +97,7 @@ class Figure:
     column: int = 0  # 0-based, in the line
     marker: re.Match | None = None  # the field marker right after it
     problem: str = ""  # why a bound figure fails (its field missing or different)
+    commits: tuple[str, ...] = ()  # a figure labelled by an earlier measurement: the hashes its sentence names
 
 
 def markdown_pages() -> list[str]:
@@ -120,6 +121,17 @@ def generated_lines(text: str) -> set[int]:
             first = text.count("\n", 0, match.start())
             lines.update(range(first, first + match.group(0).count("\n") + 1))
     return lines
+
+
+TABLE_OPENING = re.compile(r"^<!-- table: (?P<name>[\w-]+) -->", re.M)  # on a line of its own, as tables.py writes
+
+
+def unclosed_tables(page: str, text: str) -> list[str]:
+    """A `<!-- table: name -->` that no `<!-- /table -->` closes is no generated block: nothing checks its figures."""
+    closed = {m.start() for m in GENERATED_BLOCK.finditer(text)}
+    return [f"{page}:{text.count(chr(10), 0, m.start()) + 1}: the table marker for {m.group('name')!r} is never "
+            "closed. Fix: end the block with <!-- /table --> (python benchmarks/tables.py writes it whole)"
+            for m in TABLE_OPENING.finditer(text) if m.start() not in closed]  # fmt: skip
 
 
 def unknown_tables(page: str, text: str) -> list[str]:
@@ -217,8 +229,16 @@ def labelled(sentence: str) -> bool:
 
 
 def field_unit(key: str, unit: str | None) -> str | None:
-    if unit:
-        return unit
+    """The field's unit: its name's (the nearest key with a unit ending); a marker's `unit=` gives one to a field
+    whose name has none, and must agree with the name's (a figure retyped from 70 ms to 70 s with `unit=s` added to
+    its marker must not pass)."""
+    own = _unit_of_name(key)
+    if unit and own and unit != own:
+        raise ValueError(f"unit={unit} disagrees with the field's own unit ({own}, from its name)")
+    return unit or own
+
+
+def _unit_of_name(key: str) -> str | None:
     names = [key.rpartition("/")[2]] if "=" in key else key.split(".")  # a CSV's column; a JSON path's keys
     for name in reversed([name.lower() for name in names]):  # the nearest with a unit: median_step_ms.with is ms
         unit = next((u for endings, u in FIELD_UNITS if name.endswith(endings)), None)
@@ -347,13 +367,15 @@ def classify_page(page: str, text: str, allowed: dict[tuple[str, str], str] | No
                     problem = f"{marker.group('file')}#{marker.group('key')} gives {shown}"
             elif i in generated or report:
                 kind = "generated"
-            elif labelled(sentence_of(column, per_line[i], texts)):
+            elif labelled(sentence := sentence_of(column, per_line[i], texts)):
                 kind = "labelled"
+                commits = () if SOURCE.search(sentence) else tuple(HASH.findall(sentence))
             elif (page, figure) in allowed:
                 kind = "allowed"
             else:
                 kind = ""
-            result.append(Figure(page, i + 1, figure, kind, column, marker, problem))
+            result.append(Figure(page, i + 1, figure, kind, column, marker, problem, commits if kind == "labelled"
+                                 else ()))  # fmt: skip
     return result
 
 
@@ -362,9 +384,11 @@ def problems(pages: dict[str, str] | None = None) -> list[str]:
     marker naming no field, per unknown table name, and per allowance that matches no figure."""
     pages = pages or {page: (REPO / page).read_text(encoding="utf-8") for page in markdown_pages()}
     found, used = [], set()
+    labelled_by_commit = []
     for page, text in pages.items():
-        found += unknown_tables(page, text)
+        found += unknown_tables(page, text) + unclosed_tables(page, text)
         classified = classify_page(page, text)
+        labelled_by_commit += [figure for figure in classified if figure.commits]
         for figure in classified:
             if figure.kind == "allowed":
                 used.add((page, figure.text))
@@ -384,10 +408,54 @@ def problems(pages: dict[str, str] | None = None) -> list[str]:
                 if (i + 1, marker.start()) not in bound:
                     found.append(f"{page}:{i + 1}: the marker for {marker.group('file')}#{marker.group('key')} "
                                  "follows no figure. Fix: put it right after the figure it binds")  # fmt: skip
+    found += unheld_commits(labelled_by_commit)
     for page, figure in sorted(set(allowances()) - used):
         if page in pages:
             found.append(f"{page}: the allowance for '{figure}' matches no figure left on the page. Fix: remove it "
                          "from benchmarks/figure_allowances.py")  # fmt: skip
+    return found
+
+
+HISTORY = REPO  # the repository whose history a label's commit is looked up in (pages may be read from elsewhere)
+
+
+def git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=HISTORY, capture_output=True, text=True)
+
+
+def unheld_commits(figures: list[Figure]) -> list[str]:
+    """One line per figure labelled with an earlier measurement's commit that git does not know, or that neither
+    holds the figure in its files nor is named in a change that added or removed the figure (a results file's
+    provenance, a page's "measured at <hash>"): a made-up hash, or a figure retyped after it was measured."""
+    numbers = {figure: FIGURE_PARTS.match(figure.text).group("number") for figure in figures}
+    by_commit: dict[str, set[str]] = {}
+    for figure in figures:
+        for commit in figure.commits:
+            by_commit.setdefault(commit, set()).add(numbers[figure])
+    known = {commit for commit in by_commit if git("cat-file", "-e", f"{commit}^{{commit}}").returncode == 0}
+    held = set()
+    for commit in known:  # one search of each commit's files for all the figures labelled with it
+        patterns = [arg for number in sorted(by_commit[commit]) for arg in ("-e", number)]
+        out = git("grep", "-F", "-o", "-h", *patterns, commit, "--").stdout
+        held |= {(commit, number) for number in by_commit[commit] if number in out}
+
+    @cache
+    def changes_naming(number: str) -> str:
+        """Every diff that added or removed `number` (git's pickaxe), outside tests/, one text."""
+        return git("log", "-S", number, "-p", "--format=%H", "--", ".", ":!tests").stdout  # not a test's sample
+
+    found = []
+    for figure in figures:
+        number = numbers[figure]
+        named = [c for c in figure.commits if c in known]
+        if not named:
+            why = f"names commit {', '.join(figure.commits)}, which is not in this repository's history"
+        elif any((c, number) in held or c in changes_naming(number) for c in named):
+            continue
+        else:
+            why = f"names commit {', '.join(named)}, which neither holds {number} nor is named where it was added"
+        found.append(f"{figure.page}:{figure.line}: the figure '{figure.text}' {why}. Fix: name the commit the "
+                     "figure was measured at (and record it), or bind the figure to its results file")  # fmt: skip
     return found
 
 

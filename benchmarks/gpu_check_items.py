@@ -205,8 +205,9 @@ class Check:
             cmd += ["--torch_compile", "true", "--torch_compile_backend", s.compile_backend]
         if mode:
             cmd += ["--torch_compile_mode", mode]
-        # an "auto" arm is the run before the project's changes: DeepSpeed's own per-tensor loops too
-        status, _ = run_process(cmd, log, limit, env={FAST_PATHS_SWITCH: "0"} if engine.auto else None)
+        # an "auto" arm is the run before the project's changes, an "own" arm the resolved values alone: both with
+        # DeepSpeed's own per-tensor loops
+        status, _ = run_process(cmd, log, limit, env={FAST_PATHS_SWITCH: "0"} if engine.fast_paths_off else None)
         fields = {"input": self.input_name(), "steps": steps, "warmup_steps": warmup}
         if engine.auto:  # the numbers the run had instead of "auto" (the file itself is in the run's folder)
             written = json.loads(Path(ds_config).read_text())
@@ -452,8 +453,8 @@ class Check:
 
 def read_run(out: Path) -> dict:
     """A finished recipe run's figures (benchmarks/gpu_vit_b16.py's read_cell) and the DeepSpeed values the
-    project resolved for it, with their reasons, and DeepSpeed's fast paths (throughput.json's
-    setup.deepspeed_resolved and deepspeed_fast_paths)."""
+    project resolved for it, with their reasons, and DeepSpeed's fast paths, installed and run in the measured steps
+    (throughput.json's setup.deepspeed_resolved, deepspeed_fast_paths and deepspeed_fast_paths_ran)."""
     from gpu_vit_b16 import read_cell
 
     from hf_vit_scaling.throughput.schema import load_throughput_report
@@ -462,6 +463,7 @@ def read_run(out: Path) -> dict:
     setup = load_throughput_report(str(out / "throughput.json"))["setup"]
     figures["deepspeed_resolved"] = setup.get("deepspeed_resolved", {})
     figures["deepspeed_fast_paths"] = setup.get("deepspeed_fast_paths", {})
+    figures["deepspeed_fast_paths_ran"] = setup.get("deepspeed_fast_paths_ran", {})
     return figures
 
 

@@ -23,7 +23,7 @@ def _num(value, fmt: str) -> str:
     return "" if value is None else format(value, fmt)
 
 
-ITEM_ORDER = ["ddp", "zero1", "zero2", "zero3", "fsdp2", "zero2_auto", "zero3_auto"]
+ITEM_ORDER = ["ddp", "zero1", "zero2", "zero3", "fsdp2", "zero2_auto", "zero3_auto", "zero2_own", "zero3_own"]
 VARIANTS = ("eager", "compiled", "max-autotune")
 
 

@@ -28,10 +28,18 @@ class Engine:
     # transformers' own fill of the model-sized DeepSpeed values, written as numbers into a copy of `ds_config`
     # (benchmarks/engine_overhead.py's auto_config): the run as it was before the project resolved them.
     auto: bool = False
+    # The project's resolved values with DeepSpeed's own per-tensor loops (the fast paths off): what the fast paths
+    # add on a GPU, read against the same engine's run with them.
+    own: bool = False
 
     @property
     def planner_engine(self) -> str:
-        return self.name.removesuffix("_auto")
+        return self.name.removesuffix("_auto").removesuffix("_own")
+
+    @property
+    def fast_paths_off(self) -> bool:
+        """The "auto" arms (the run before the project's changes) and the "own" arms run DeepSpeed's own code."""
+        return self.auto or self.own
 
 
 # In the order their eager runs go (gpu_check.item_order): the project's resolved values first, the "auto" arms
@@ -45,6 +53,8 @@ ENGINES = (
     Engine("fsdp2", "FSDP2", None, ("--fsdp", "--fsdp_config", str(REPO / "fsdp_configs" / "fsdp2.json")), 2),
     Engine("zero2_auto", 'ZeRO-2 "auto"', "zero2.json", (), 1, auto=True),
     Engine("zero3_auto", 'ZeRO-3 "auto"', "zero3.json", (), 1, auto=True),
+    Engine("zero2_own", "ZeRO-2, fast paths off", "zero2.json", (), 1, own=True),
+    Engine("zero3_own", "ZeRO-3, fast paths off", "zero3.json", (), 1, own=True),
 )
 ENGINE = {engine.name: engine for engine in ENGINES}
 PROFILED = ("floor", "ddp", "zero2")  # the profiler item's runs, in order
@@ -122,6 +132,7 @@ GPU = Settings(
         "eager": (35, 120),
         "eager-zero3": (50, 150),
         "eager-zero3_auto": (50, 150),
+        "eager-zero3_own": (50, 150),  # an estimate: ZeRO-3's, its fast paths off
         "floor": (65, 200),
         "compiled": (70, 200),
         "compiled-zero3": (90, 240),
@@ -181,8 +192,8 @@ def item_order() -> list[str]:
     ratios, part b's data wait), the other engines eager with the project's resolved values, the profile, the
     "auto" arms (transformers' fill: the baseline of the resolution), the engines compiled, the planner's memory
     grid, and last the plain Trainer compiled with max-autotune."""
-    resolved = [engine.name for engine in ENGINES if not engine.auto]
-    auto = [engine.name for engine in ENGINES if engine.auto]
+    resolved = [engine.name for engine in ENGINES if not engine.fast_paths_off]
+    auto = [engine.name for engine in ENGINES if engine.fast_paths_off]  # the baselines: "auto", then "own"
     return [
         "shards",
         "ddp-eager",

@@ -228,6 +228,8 @@ def _resolve_ds_config(values: dict, environ=os.environ) -> EngineRoute:
         else:
             config = source
             check_zero_values(config.get("zero_optimization", {}), route, "accelerate launch")
+    elif isinstance(values.get("deepspeed"), dict):  # an arguments file's `deepspeed:` mapping
+        config, route = values["deepspeed"], "--deepspeed (a mapping in the arguments file)"
     elif accelerate_fsdp_config is not None and not values.get("fsdp"):
         values["fsdp"] = True
         values["fsdp_config"] = accelerate_fsdp_config

@@ -26,10 +26,11 @@ on two) and calls the original where its condition does not hold:
   once the engine has made them (as its own `unwrap_model_for_generation` does), and one hook on the root gathers
   whatever a step left released;
 - `zero12_grouped_norm`: on several processes, ZeRO-1/2's gradient norm all-reduces each parameter group's sum of
-  squares on its own (2 groups under the Trainer: decay and no decay); one all-reduce of the stacked sums instead;
-- `zero3_grouped_norm`: the same for ZeRO-3's sub-groups (`_get_norm_groups`). Both grouped norms add the same
-  sums over the ranks: bit for bit on two processes (tested); on more, an all-reduce of two elements may add the
-  ranks' sums in another order than one of one element, a difference in the last bit at most;
+  squares on its own (2 groups under the Trainer: decay and no decay); one all-reduce of the stacked sums instead. It
+  adds the same sums over the ranks: bit for bit on two processes (tested); on more, an all-reduce of two elements
+  may add the ranks' sums in another order than one of one element, a difference in the last bit at most (ZeRO-3's
+  counterpart saved less than the leave-one-out rule asks wherever it was measured and was removed:
+  benchmarks/README.md, "What each fast path saves");
 - `zero12_one_param_gather`: on several CPU processes (gloo: every collective a round trip), the updated weights of
   all groups in one all-gather instead of one per group. Inside `weight_gathers.weights_gathered_late` (the recipe's
   Trainer, when no callback reads the weights at a step's edges) the gather is left in flight while the Trainer
@@ -73,8 +74,8 @@ from dataclasses import dataclass
 
 from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.parallel.zero3_fast_paths import (
+    RAN,
     make_zero3_grad_norm,
-    make_zero3_grouped_norm,
     make_zero3_one_param_gather,
     make_zero3_single_rank_reduce_scatter,
     make_zero3_step_begins_whole,
@@ -132,7 +133,9 @@ def _make_cpu_numa_cores_once(original):
     def get_numa_cores():
         # DeepSpeed's CPU accelerator asks on every `device_count()` (ZeRO-3: once a step), each time by starting
         # `numactl --hardware`; the machine's NUMA layout is the same all run long: asked once, a copy each time.
-        if not found:
+        if found:
+            RAN["cpu_numa_cores_once"] += 1
+        else:
             found.append(original())
         return copy.deepcopy(found[0])
 
@@ -171,8 +174,6 @@ FAST_PATHS = (
              "87c5e3c4215b8194", make_zero12_one_param_gather),
     FastPath("zero3_one_param_gather", "deepspeed.runtime.zero.partition_parameters", "Init",
              "_allgather_params_coalesced", "774cce0650d208bb", make_zero3_one_param_gather),
-    FastPath("zero3_grouped_norm", STAGE3, "DeepSpeedZeroOptimizer_Stage3", "_get_norm_groups",
-             "6a068faa3149b1f4", make_zero3_grouped_norm),
     FastPath("zero3_whole_module_hooks", "deepspeed.runtime.zero.parameter_offload", "DeepSpeedZeRoOffload",
              "setup_zero_stage3_hooks", "1ec65cef74df86a1", make_zero3_whole_module_hooks,
              requires=WHOLE_THROUGH_STEP_PARTS),  # alone its root hook regathers each step's release
@@ -301,6 +302,24 @@ def install_deepspeed_fast_paths() -> dict[str, str]:
         _INSTALLED[path.name] = (owner, original)
         status[path.name] = "on"
     return status
+
+
+# Paths that act once, when DeepSpeed builds the engine (before any step): counted from the process's start.
+ACT_AT_ENGINE_BUILD = ("zero2_no_gradient_hooks", "zero3_whole_module_hooks")
+
+
+def fast_path_runs() -> dict[str, int]:
+    """How many times each fast path's own code has run in this process so far (a copy)."""
+    return dict(RAN)
+
+
+def ran_since(before: dict[str, int]) -> dict[str, int]:
+    """{name: times its own code ran since `before` (`fast_path_runs()` at the first measured step)}, for every path
+    that ran: what the throughput report lists as ran in the measured steps; a path that acts when the engine is
+    built counts from the start."""
+    now = fast_path_runs()
+    ran = {name: count - (0 if name in ACT_AT_ENGINE_BUILD else before.get(name, 0)) for name, count in now.items()}
+    return {path.name: ran[path.name] for path in FAST_PATHS if ran.get(path.name, 0) > 0}
 
 
 def uninstall_deepspeed_fast_paths(names: set[str] | None = None) -> None:

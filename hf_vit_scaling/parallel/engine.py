@@ -21,6 +21,7 @@ clipping).
 from dataclasses import dataclass, field
 from typing import Any
 
+from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.log import logger
 from hf_vit_scaling.parallel.deepspeed_config import ConfigReading, model_sized_values, read_config
 from hf_vit_scaling.parallel.distributed import init_deepspeed_comm
@@ -188,6 +189,7 @@ def start_engine(engine: Engine, device_type: str, mixed_precision: str) -> None
             install_deepspeed_fast_paths,
         )
 
+        check_deepspeed_version()
         init_deepspeed_comm()
         engine.fast_paths.update(install_deepspeed_fast_paths())
         logger.info(
@@ -196,6 +198,37 @@ def start_engine(engine: Engine, device_type: str, mixed_precision: str) -> None
         )
     elif engine.kind == "fsdp" and device_type == "cpu":
         select_fsdp_on_cpu(engine.fsdp_plugin_args, mixed_precision)
+
+
+def tested_deepspeed_range() -> str | None:
+    """The DeepSpeed versions the installed package allows (setup.cfg's `deepspeed>=...,<=...`, as pip recorded it
+    in the package's metadata); None when the package is not installed (a checkout on the path)."""
+    import importlib.metadata
+
+    try:
+        requirements = importlib.metadata.requires("hf-vit-scaling") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    found = [r.split(";")[0].strip()[len("deepspeed") :] for r in requirements if r.startswith("deepspeed")]
+    return found[0] if found else None
+
+
+def check_deepspeed_version(installed: str | None = None, allowed: str | None = None) -> None:
+    """One error line, before the model is built, when the DeepSpeed this process imports is outside the range the
+    project tests (a wheel installed with --no-deps, or one changed after `pip install -e .`): the fast paths are
+    pinned to that range's source, and DeepSpeed's own behaviour differs across versions (ds_configs/README.md)."""
+    from packaging.specifiers import SpecifierSet
+
+    if installed is None:
+        import deepspeed
+
+        installed = deepspeed.__version__
+    allowed = allowed if allowed is not None else tested_deepspeed_range()
+    if allowed and installed not in SpecifierSet(allowed):
+        raise UserInputError(
+            f"DeepSpeed {installed} is outside the versions this project tests (deepspeed{allowed}). Fix: "
+            f"pip install 'deepspeed{allowed}'."
+        )
 
 
 def select_fsdp_on_cpu(fsdp_plugin_args: dict, mixed_precision: str) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hf_vit_scaling.parallel.weight_gathers import IN_FLIGHT, MAY_LEAVE_IN_FLIGHT
-from hf_vit_scaling.parallel.zero3_fast_paths import norms_in, start_gather_rank_by_rank
+from hf_vit_scaling.parallel.zero3_fast_paths import RAN, norms_in, start_gather_rank_by_rank
 
 
 def _zero12_local_square_sum(optimizer, gradients, params):
@@ -44,6 +44,7 @@ def make_zero12_grad_norm(original):
         total_norm = _zero12_local_square_sum(self, gradients, params)
         if total_norm is None:
             return original(self, gradients, params, norm_type)
+        RAN["zero12_grad_norm"] += 1
         if dist.get_world_size(group=self.dp_process_group) > 1:  # a sum over one rank is the rank's own
             dist.all_reduce(total_norm, op=dist.ReduceOp.SUM, group=self.dp_process_group)
         self._model_parallel_all_reduce(tensor=total_norm, op=dist.ReduceOp.SUM)
@@ -75,6 +76,7 @@ def make_zero12_grouped_norm(original):
         sums = [_zero12_local_square_sum(self, grads[i], params[i]) for i in groups]
         if any(s is None for s in sums):
             return original(self, norm_type)
+        RAN["zero12_grouped_norm"] += 1
         # Each group's sum is all-reduced on its own by DeepSpeed (`get_grad_norm_direct`): the same sums, elementwise,
         # in one all-reduce of the stacked group sums; then each group's square root and -1 for inf/NaN, as there.
         totals = torch.stack(sums)
@@ -99,6 +101,7 @@ def make_zero12_bit16_views(original):
         if all(p.data_ptr() == base + offset * size and p.shape == meta.shape for p, meta, offset in slots):
             in_place = {id(p) for p in self.round_robin_bit16_groups[group_index]}
             if all(id(p) in in_place for p in self.bit16_groups[group_index]):
+                RAN["zero12_bit16_views"] += 1
                 return  # every parameter already is its slice of the flat buffer: DeepSpeed's loops change nothing
         original(self, group_index)
 
@@ -131,6 +134,7 @@ def make_zero12_single_rank_reduce(original):
             return original(
                 self, small_bucket, communication_data_type, rank, log, divide, process_group, output_bucket
             )
+        RAN["zero12_single_rank_reduce"] += 1
         # x / 1 all-reduced over one rank is x: what DeepSpeed would copy back into each gradient is the gradient.
         for buf, output in zip(small_bucket, output_bucket or [None] * len(small_bucket)):
             self._add_to_grad_partition_buffer(output, buf)
@@ -157,6 +161,7 @@ def make_zero12_one_param_gather(original):
             return original(
                 groups_flat, partitioned_param_groups, dp_process_group, start_alignment_factor, allgather_bucket_size
             )
+        RAN["zero12_one_param_gather"] += 1
         # DeepSpeed gathers each group's flat buffer in its own collective (`all_gather_into_tensor_dp_groups`): on
         # gloo every collective is a round trip between the processes. One gather of this rank's partitions of all
         # groups, laid out rank by rank, then copied into each group's flat buffer (world x partition, rank-major,
@@ -228,6 +233,7 @@ def make_zero12_file_at_once(original):
         # epilogue reduces the bucket, as DeepSpeed's own loop over the tensors does.
         if pipeline_parallel or self.overlap_comm or not file_every_gradient(self, counting_the_micro_step=False):
             return original(self, pipeline_parallel)
+        RAN["zero12_file_at_once"] += 1
         self.overlapping_partition_gradients_reduce_epilogue()
 
     return reduce_gradients
@@ -236,9 +242,12 @@ def make_zero12_file_at_once(original):
 def make_zero2_reduce_at_epilogue(original, filing_installed: Callable[[], bool]):
     def overlapping_partition_gradients_reduce_epilogue(self):
         if getattr(self, REDUCE_AT_EPILOGUE, False):
+            RAN["zero2_reduce_at_epilogue"] += 1
             # No gradient hook ran (`zero2_no_gradient_hooks`): what each would have done as its gradient arrived,
             # done here for every gradient the backward made, in ZeRO-1's order (its `reduce_gradients`).
-            if not (filing_installed() and file_every_gradient(self, counting_the_micro_step=True)):
+            if filing_installed() and file_every_gradient(self, counting_the_micro_step=True):
+                RAN["zero12_file_at_once"] += 1
+            else:
                 for i, group in enumerate(self.bit16_groups):
                     for param in group:
                         if param.requires_grad and self.get_gradient_for_reduction(param) is not None:
@@ -264,6 +273,7 @@ def make_zero2_no_gradient_hooks(original, epilogue_installed: Callable[[], bool
         )
         if not at_epilogue:
             return original(self)
+        RAN["zero2_no_gradient_hooks"] += 1
         # ZeRO-2 hooks every gradient so that a full bucket is reduced (and other ranks' gradients freed) while the
         # backward goes on. With nothing to overlap (no side stream, `overlap_comm` off) and one bucket holding every
         # gradient, no bucket fills before the backward ends: each hook only files its gradient, and the engine's

@@ -4,6 +4,12 @@ numbers: that module's docstring)."""
 
 from __future__ import annotations
 
+from collections import Counter
+
+# fast path -> times its own code ran in this process (not DeepSpeed's, to which it hands a case it does not cover):
+# the throughput report says which ran in the measured steps (`throughput/timing.py`), not only which are installed.
+RAN: Counter[str] = Counter()
+
 
 def norms_in(tensors, dtype):
     """Each tensor's L2 norm computed in `dtype` (DeepSpeed's `get_norm_dtype()`: fp64 where the device has it), as
@@ -60,6 +66,7 @@ def make_zero3_grad_norm(original):
         if local is None:
             return original(self, gradients, params, norm_type)
         total_norm_cuda, process_group, counts_every_rank = local
+        RAN["zero3_grad_norm"] += 1
         if dist.get_world_size(group=process_group) > 1:  # a sum over one rank is the rank's own
             dist.all_reduce(total_norm_cuda, op=dist.ReduceOp.SUM, group=process_group)
         if not counts_every_rank:
@@ -72,43 +79,6 @@ def make_zero3_grad_norm(original):
     return get_grad_norm_direct
 
 
-def make_zero3_grouped_norm(original):
-    import torch
-    from deepspeed import comm as dist
-    from deepspeed.comm import pg_utils
-
-    def _get_norm_groups(self):
-        groups = range(len(self.fp16_groups))
-        if (
-            len(groups) < 2
-            or dist.get_world_size(group=self.dp_process_group) == 1  # so is every partition group within it
-            or self.offload_optimizer
-            or any(self._muon_update_lacks_loss_scale(i) for i in groups)
-        ):
-            return original(self)  # before any sum: the original computes its own
-        parts = [_zero3_local_square_sum(self, self.averaged_gradients[i], self.fp16_groups[i]) for i in groups]
-        if any(part is None for part in parts):
-            return original(self)
-        sums, process_groups, counts = zip(*parts)
-        one = (
-            all(group is process_groups[0] for group in process_groups)
-            and len(set(counts)) == 1
-            and dist.get_world_size(group=process_groups[0]) > 1
-            and not any(pg_utils.is_parallel(self._autoep_expert_parallel_group(self.fp16_groups[i])) for i in groups)
-        )
-        if not one:
-            return original(self)
-        # DeepSpeed all-reduces each sub-group's sum on its own (`get_grad_norm_direct`, 2 groups under the Trainer:
-        # decay and no decay): the same sums, elementwise, in one all-reduce of the stacked sums.
-        totals = torch.stack(sums)
-        dist.all_reduce(totals, op=dist.ReduceOp.SUM, group=process_groups[0])
-        if not counts[0]:
-            self._model_parallel_all_reduce(tensor=totals, op=dist.ReduceOp.SUM)
-        return list(_zero3_norms_from_sums(self, totals).unbind())
-
-    return _get_norm_groups
-
-
 def make_zero3_single_rank_reduce_scatter(original):
     import torch
     from deepspeed import comm as dist
@@ -116,6 +86,7 @@ def make_zero3_single_rank_reduce_scatter(original):
     def reduce_scatter_coalesced(tensors, group=None):
         if dist.get_world_size(group) != 1:
             return original(tensors, group)
+        RAN["zero3_single_rank_reduce_scatter"] += 1
         # DeepSpeed's result on one rank: each tensor's values (divided by 1, reduced over one rank) as views of one
         # flat buffer; the buffer is the tensor itself when there is one (DeepSpeed's own shortcut), else a copy.
         flat = tensors[0].view(-1) if len(tensors) == 1 else torch.cat([t.view(-1) for t in tensors])
@@ -142,6 +113,7 @@ def make_zero3_whole_module_hooks(original):
         )
         if not whole:
             return
+        RAN["zero3_whole_module_hooks"] += 1
         # Every parameter persistent (the recipe's resolution on one process, and on several for a model whose tensors
         # are all under DeepSpeed's persistence threshold): the per-module hooks would fetch and release nothing, so
         # they go, as DeepSpeed's own `unwrap_model_for_generation` removes them while every weight is gathered. One
@@ -184,6 +156,7 @@ def make_zero3_one_param_gather(original):
         )
         if not one:
             return original(self, param_list, hierarchy, quantize)
+        RAN["zero3_one_param_gather"] += 1
         # DeepSpeed's blocking gather (`param.all_gather(list)`: the persistent parameters after every step, a
         # `GatheredParameters` block) launches one collective per parameter; gloo runs them one after another, a round
         # trip each. DeepSpeed's own coalesced gather, the one its forward prefetch uses, moves the same partitions in
@@ -275,6 +248,7 @@ def make_zero3_step_begins_whole(original, other_halves_installed):
         original(self)
         keep = other_halves_installed() and _stays_whole_through_step(self)  # never the release without the refresh
         setattr(self, THROUGH_STEP, "keep" if keep else None)
+        RAN["zero3_whole_through_step"] += keep
 
     return _pre_step
 
@@ -287,6 +261,7 @@ def make_zero3_step_keeps_whole(original):
             # before `_post_step`, its parameters unchanged and still whole. Any other caller (a checkpoint's
             # save or load) gets DeepSpeed's release.
             setattr(self, THROUGH_STEP, "kept")
+            RAN["zero3_whole_through_step_release"] += 1
             return
         original(self)
 
@@ -296,6 +271,7 @@ def make_zero3_step_keeps_whole(original):
 def make_zero3_step_ends_whole(original):
     def _post_step(self, timer_names):
         if getattr(self, THROUGH_STEP, None) == "kept":
+            RAN["zero3_whole_through_step_gather"] += 1
             refresh_whole_parameters(self)  # DeepSpeed's gather below then finds every parameter whole: no-op
         setattr(self, THROUGH_STEP, None)
         original(self, timer_names)

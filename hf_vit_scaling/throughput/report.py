@@ -82,13 +82,18 @@ def resolved_lines(resolved: dict) -> list[str]:
     ]
 
 
-def fast_path_lines(fast_paths: dict) -> list[str]:
-    """DeepSpeed's per-tensor loops the run replaced ("fast paths  on: zero12_grad_norm, ...") and any left off, with
-    why (none without DeepSpeed)."""
+def fast_path_lines(fast_paths: dict, ran: dict) -> list[str]:
+    """DeepSpeed's per-tensor loops the run replaced: those that ran in the measured steps, with how often ("fast
+    paths   ran: zero12_grad_norm x60, ..."), those installed whose conditions never held, and those off, with why
+    (none without DeepSpeed)."""
     if not fast_paths:
         return []
-    on = [name for name, status in fast_paths.items() if status == "on"]
-    parts = ([f"on: {', '.join(on)}"] if on else []) + [f"{n} {s}" for n, s in fast_paths.items() if s != "on"]
+    idle = [name for name, status in fast_paths.items() if status == "on" and name not in ran]
+    parts = (
+        ([f"ran: {', '.join(f'{name} x{count}' for name, count in ran.items())}"] if ran else [])
+        + ([f"installed, not run: {', '.join(idle)}"] if idle else [])
+        + [f"{n} {s}" for n, s in fast_paths.items() if s != "on"]
+    )
     return [f"{'fast paths':<13}{'; '.join(parts)}"]
 
 
@@ -138,7 +143,7 @@ def format_report(report: dict) -> str:
     if s.get("engine_route"):
         lines.append(f"{'engine from':<13}{s['engine_route']}")
     lines += resolved_lines(s.get("deepspeed_resolved") or {})
-    lines += fast_path_lines(s.get("deepspeed_fast_paths") or {})
+    lines += fast_path_lines(s.get("deepspeed_fast_paths") or {}, s.get("deepspeed_fast_paths_ran") or {})
     compiled = compile_line(report["compile"], t["warmup_steps"])
     if compiled is not None:
         lines.append(compiled)

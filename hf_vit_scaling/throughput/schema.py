@@ -23,7 +23,9 @@ REPORT_SCHEMA: dict[str, dict[str, str]] = {
         "deepspeed_resolved": "{dotted key: {value, reason}}: every DeepSpeed value the project set (bucket sizes, "
         "ZeRO-3 persistence and leaf modules, timers, the scaled lr, ...); {} without DeepSpeed",
         "deepspeed_fast_paths": "{name: on, or why off}: DeepSpeed ZeRO per-tensor loops replaced by exact "
-        "equivalents (hf_vit_scaling/parallel/deepspeed_fast_paths.py); {} without DeepSpeed",
+        "equivalents (hf_vit_scaling/parallel/deepspeed_fast_paths.py), as installed; {} without DeepSpeed",
+        "deepspeed_fast_paths_ran": "{name: times its own code ran in the measured steps (a path that acts when the "
+        "engine is built: since then)}: the installed paths whose conditions held; {} without DeepSpeed",
         "precision": "fp32, bf16, fp16 or tf32",
         "image_size": "input side in pixels",
         "patch_size": "patch side in pixels (null for a CNN)",
@@ -158,8 +160,10 @@ def upgrade_v5(report: dict) -> dict:
 
 
 def upgrade_v6(report: dict) -> dict:
-    """Version 6 files (before the engine's route was recorded) read as version 7: the route is unknown (null)."""
+    """Version 6 files (before the engine's route and the fast paths that ran were recorded) read as version 7: the
+    route is unknown (null), no fast path recorded as ran."""
     report.setdefault("setup", {}).setdefault("engine_route", None)
+    report["setup"].setdefault("deepspeed_fast_paths_ran", {})
     report["schema_version"] = 7
     return report
 

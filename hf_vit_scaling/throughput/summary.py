@@ -159,6 +159,7 @@ def summarize(per_rank: list[dict], setup: dict) -> dict:
             "offload": setup["offload"],
             "deepspeed_resolved": setup.get("deepspeed_resolved", {}),
             "deepspeed_fast_paths": setup.get("deepspeed_fast_paths", {}),
+            "deepspeed_fast_paths_ran": setup.get("deepspeed_fast_paths_ran", {}),
             "precision": setup["precision"],
             "image_size": setup["image_size"],
             "patch_size": setup["patch_size"],

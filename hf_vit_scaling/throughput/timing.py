@@ -160,6 +160,7 @@ class ThroughputCallback(TrainerCallback):
         self._step_images = 0
         self._pending_forwards: list[list] = []  # this step's [start, inputs ready, end] marks per forward
         self._unread: list[tuple] = []  # finished steps whose marks `flush` has not read yet
+        self._fast_paths_before: dict[str, int] | None = None  # DeepSpeed's fast paths' runs at the measured start
 
     # ------------------------------------------------------------------ hooks on the model
 
@@ -222,6 +223,10 @@ class ThroughputCallback(TrainerCallback):
         }
 
     def on_step_begin(self, args, state, control, **kwargs):
+        if self._uses_fast_paths() and len(self.compute) + len(self._unread) == self.warmup_steps:
+            from hf_vit_scaling.parallel.deepspeed_fast_paths import fast_path_runs  # a DeepSpeed run's only
+
+            self._fast_paths_before = fast_path_runs()  # the first measured step begins
         self._step_begin = self.marks.mark()
         self._step_excluded = self._paused or self._last_end is None
         self._step_previous_end = self._last_end
@@ -301,6 +306,17 @@ class ThroughputCallback(TrainerCallback):
                 json.dump(self.report, f, indent=2)
             if self.print_table:
                 logger.info("\n" + format_report(self.report))  # on its own lines after the progress bar
+
+    def _uses_fast_paths(self) -> bool:
+        return self.engine is not None and "on" in self.engine.fast_paths.values()
+
+    def _fast_paths_ran(self) -> dict[str, int]:
+        """{fast path: times it ran in the measured steps} (a path that acts when the engine is built: since then)."""
+        if not self._uses_fast_paths() or self._fast_paths_before is None:
+            return {}
+        from hf_vit_scaling.parallel.deepspeed_fast_paths import ran_since
+
+        return ran_since(self._fast_paths_before)
 
     # ------------------------------------------------------------------ this rank's figures
 
@@ -387,6 +403,7 @@ class ThroughputCallback(TrainerCallback):
             "offload": engine.offload if engine is not None else {},
             "deepspeed_resolved": dict(engine.resolved) if engine is not None else {},
             "deepspeed_fast_paths": dict(engine.fast_paths) if engine is not None else {},
+            "deepspeed_fast_paths_ran": self._fast_paths_ran(),
             "precision": settings["precision"],
             "image_size": as_pair(config.image_size)[0],
             "patch_size": as_pair(config.patch_size)[0] if has_patches(config) else None,

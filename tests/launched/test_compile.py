@@ -29,6 +29,7 @@ import os
 import pytest
 
 from hf_vit_scaling.throughput.schema import load_throughput_report
+from tests.helpers.compile_checks import assert_aot_eager_ran
 from tests.helpers.launchers import DS_CONFIGS, WORKERS, fsdp_args, logged_losses, read_json, run_recipe
 
 STEPS = 4
@@ -114,6 +115,7 @@ def check_compiled_and_exact(name, tmp_path, inductor_cache, eager_losses) -> No
         model_graphs = [f for f in probe["frames"] if f["model_forward"] and f["graph_ops"] > 0]
         assert model_graphs, (f"rank {rank}: no graph traced from {probe['model']}.forward; compiled frames: "
                               f"{[(f['function'], f['file'], f['graph_ops']) for f in probe['frames']]}")  # fmt: skip
+        assert_aot_eager_ran(probe, len(model_graphs), rank)  # the backend that ran, not the name asked for
         if name in ONE_GRAPH_FORWARD:
             resumed = [f["function"] for f in probe["frames"] if f["resumed_in_model"]]
             breaks = [reason for reason in probe["graph_breaks"] if not wrapper_break(name, reason)]

@@ -20,7 +20,7 @@ from tests.helpers.launchers import REPO, launch_env
 
 SCRIPT = REPO / "benchmarks" / "gpu_check.py"
 OK_RUNS = ("ddp-eager", "zero2-eager", "zero3-eager", "zero1-eager", "fsdp2-eager", "zero2_auto-eager",
-           "zero3_auto-eager", "ddp-compiled")  # fmt: skip
+           "zero3_auto-eager", "zero2_own-eager", "zero3_own-eager", "ddp-compiled")  # fmt: skip
 
 
 def load_gpu_check():
@@ -106,6 +106,10 @@ def test_dry_run_auto_arms_run_transformers_fill_and_the_others_the_resolved_val
         resolved = items[name]["figures"]["deepspeed_resolved"]
         assert resolved["zero_optimization.reduce_bucket_size"]["value"] > hidden * hidden, name
         assert set(items[name]["figures"]["deepspeed_fast_paths"].values()) == {"on"}, name
+    for name in ("zero2_own-eager", "zero3_own-eager"):  # the resolved values, DeepSpeed's own loops
+        own, fast = items[name]["figures"], items[name.replace("_own", "")]["figures"]
+        assert own["deepspeed_resolved"] == fast["deepspeed_resolved"], name
+        assert set(own["deepspeed_fast_paths"].values()) == {f"off ({ENV_SWITCH}=0)"}, name
 
 
 @pytest.mark.distributed

@@ -38,6 +38,13 @@ def test_images_counted_with_accumulation_and_two_processes(tmp_path):
     assert resolved["zero_optimization.overlap_comm"]["value"] is False
     assert resolved["zero_optimization.reduce_bucket_size"]["reason"].startswith("1 gradient flush a step")
     assert set(s["deepspeed_fast_paths"].values()) == {"on"}
+    # Installed is not ran: what ran in the measured steps, once a step: on 2 processes no single-rank reduction, no
+    # ZeRO-3 path; with 2 accumulation steps ZeRO-2 keeps its gradient hooks (zero2_no_gradient_hooks needs one).
+    ran = s["deepspeed_fast_paths_ran"]
+    assert ran["zero12_grouped_norm"] == ran["zero12_one_param_gather"] == t["steps_measured"], ran
+    assert not {"zero12_single_rank_reduce", "zero2_no_gradient_hooks", "zero2_reduce_at_epilogue"} & ran.keys(), ran
+    assert not [name for name in ran if name.startswith("zero3")], ran
+    assert "installed, not run: " in proc.stdout + proc.stderr
 
 
 @pytest.mark.distributed

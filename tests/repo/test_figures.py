@@ -149,6 +149,17 @@ LOOPHOLES = {
     "top-1 without a percent sign": ("Top-1 97.3 after 300 epochs.\n", [(1, "97.3", "has no source")]),
     "a label in the caption, not the row": ("Earlier runs (commit 7da47a9):\n\n| run | top-1 |\n|---|---|\n"
                                             "| a | 0.8473 |\n", [(5, "0.8473", "has no source")]),
+    # A made-up hash: the commit is looked up in git's history.
+    "a commit git does not know": ("An earlier run reached 0.9912 (commit 1a2b3c4).\n",
+                                   [(1, "0.9912", "names commit 1a2b3c4, which is not in this repository")]),
+    # A real commit that neither holds the figure nor is named where it was added (bb41ce6: a review of code).
+    "a commit that holds no such figure": ("An earlier run reached 0.9912 (commit bb41ce6).\n",
+                                           [(1, "0.9912", "names commit bb41ce6, which neither holds 0.9912")]),
+    # 70 ms retyped as 70 s, the marker given unit=s: the field's own unit (its name's _ms) wins.
+    "a marker's unit against its field's": (f"A step took 70 s{field(STOP, 'median_step_ms.without', 's')}.\n",
+                                            [(1, "70 s", "unit=s disagrees with the field's own unit (ms")]),
+    "a table marker never closed": ("<!-- table: nosuch -->\n| run | time |\n|---|---|\n",
+                                    [(1, "", "the table marker for 'nosuch' is never closed")]),
 }  # fmt: skip
 
 
@@ -164,6 +175,28 @@ def test_each_way_a_figure_passed_unsourced_is_named_with_its_line_and_field(cas
     for (line, figure, names), problem in zip(expected, ordered, strict=True):
         assert problem.startswith(f"{PAGE}:{line}: "), problem
         assert (not figure or f"'{figure}'" in problem) and names in problem, problem
+
+
+def test_the_compile_check_fails_when_dynamo_s_plain_eager_ran_instead_of_aot_eager():
+    """tests/launched/test_compile.py checked the backend's name the report echoes: swapped for dynamo's plain
+    `eager`, it passed. Its check now reads what ran (AOTAutograd's graphs): in process, each backend on a tiny
+    function, the counts the compile probe records."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from tests.helpers.compile_checks import aot_autograd_graphs, assert_aot_eager_ran
+
+    x = torch.randn(4, requires_grad=True)
+    for backend, ran in (("aot_eager", True), ("eager", False)):
+        counters.clear()
+        torch._dynamo.reset()
+        torch.compile(lambda t: (t * 2).sin().sum(), backend=backend)(x).backward()
+        probe = {"aot_autograd_graphs": aot_autograd_graphs()}
+        if ran:
+            assert_aot_eager_ran(probe, model_graphs=1)
+        else:
+            with pytest.raises(AssertionError, match="the backend that ran is not aot_eager"):
+                assert_aot_eager_ran(probe, model_graphs=1)
 
 
 def test_a_bound_figure_passes_at_the_page_s_rounding_and_unit():

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from hf_vit_scaling.training.compile import is_compiled
 from hf_vit_scaling.training.trainer import VitTrainer
+from tests.helpers.compile_checks import aot_autograd_graphs
 
 RECIPE = Path(__file__).resolve().parents[3] / "recipes" / "train_vit.py"
 
@@ -77,6 +78,7 @@ def record(trainer) -> None:
         "loop_model_compiled": is_compiled(trainer.model_wrapped),
         "model": type(trainer.model).__name__,
         "frames": compiled_frames(trainer.model),
+        "aot_autograd_graphs": aot_autograd_graphs(),  # what the backend did, not its name
     }
     folder = Path(os.environ["COMPILE_PROBE_DIR"])
     folder.mkdir(parents=True, exist_ok=True)

@@ -96,3 +96,11 @@ def test_the_same_config_named_twice_is_one_engine(tmp_path, launched_by):
     launched_by(ACCELERATE_USE_DEEPSPEED="true", ACCELERATE_DEEPSPEED_CONFIG_FILE=ZERO2)
     engine = parse_args(["--output_dir", str(tmp_path), "--ds_config", ZERO2]).run_engine
     assert engine.zero_stage == 2 and engine.route.startswith(f"--ds_config {ZERO2} (also named by accelerate's")
+
+
+def test_a_deepspeed_mapping_in_an_arguments_file_is_a_route_of_its_own(tmp_path):
+    args_file = tmp_path / "args.yaml"
+    args_file.write_text(f"output_dir: {tmp_path / 'out'}\ndeepspeed:\n  zero_optimization:\n    stage: 1\n")
+    engine = parse_args([str(args_file)]).run_engine
+    assert engine.kind == "deepspeed" and engine.zero_stage == 1
+    assert engine.route == "--deepspeed (a mapping in the arguments file)" and "train_batch_size" in engine.resolved

@@ -182,3 +182,28 @@ def test_a_frozen_weight_too_large_to_keep_whole_keeps_deepspeed_s_linear():
     Engine("deepspeed", config).resolve_for_model(model, world_size=2)
     assert config["zero_optimization"]["stage3_param_persistence_threshold"] == 100_000
     assert "memory_efficient_linear" not in config["zero_optimization"]
+
+
+@pytest.mark.parametrize(
+    ("installed", "refused"), [("0.19.0", False), ("0.19.8", False), ("0.18.9", True), ("0.19.9", True)]
+)
+def test_a_deepspeed_outside_the_tested_range_is_one_error_before_the_model(installed, refused):
+    """pip refuses such a version for the package; one installed around it (--no-deps) stops here, not in a fast
+    path's pin reading or DeepSpeed's own crash (0.17-0.18.2 raised AttributeError at start)."""
+    from hf_vit_scaling.errors import UserInputError
+    from hf_vit_scaling.parallel.engine import check_deepspeed_version
+
+    if not refused:
+        check_deepspeed_version(installed, ">=0.19.0,<=0.19.8")
+        return
+    with pytest.raises(UserInputError, match=f"DeepSpeed {installed} is outside") as err:
+        check_deepspeed_version(installed, ">=0.19.0,<=0.19.8")
+    assert "pip install 'deepspeed>=0.19.0,<=0.19.8'" in str(err.value)
+
+
+def test_the_tested_range_is_setup_cfg_s():
+    from hf_vit_scaling.parallel.engine import tested_deepspeed_range
+    from tests.helpers.deepspeed_range import deepspeed_range
+
+    lowest, highest = deepspeed_range()
+    assert tested_deepspeed_range() in (f">={lowest},<={highest}", f"<={highest},>={lowest}")

@@ -18,6 +18,7 @@ def _older(version: int) -> dict:
     old = json.loads(json.dumps(report))
     old["schema_version"] = version
     del old["setup"]["engine_route"]
+    del old["setup"]["deepspeed_fast_paths_ran"]
     if version == 6:
         return old
     del old["setup"]["deepspeed_fast_paths"]
@@ -61,6 +62,7 @@ def test_version_1_to_6_reports_load_as_version_7(tmp_path):
     (tmp_path / "v6.json").write_text(json.dumps(_older(6)))
     loaded = load_throughput_report(str(tmp_path / "v6.json"))
     assert loaded["schema_version"] == 7 and loaded["setup"]["engine_route"] is None
+    assert loaded["setup"]["deepspeed_fast_paths_ran"] == {}
     (tmp_path / "v0.json").write_text(json.dumps({**_older(2), "schema_version": 0}))
     with pytest.raises(ValueError, match="reads 1 to 7"):
         load_throughput_report(str(tmp_path / "v0.json"))
