@@ -14,7 +14,6 @@ rounds, and its ratio is that over the `--ds_config` route's. Each run's report 
 """
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -23,19 +22,10 @@ from pathlib import Path
 
 from _common import REPO, child_env, report_result  # benchmarks/_common.py (scripts run as benchmarks/<name>.py)
 
-from hf_vit_scaling.parallel.launch import launch_command
+from hf_vit_scaling.parallel.launch import accelerate_deepspeed_config, launch_command
+from hf_vit_scaling.throughput.schema import load_throughput_report
 
 ZERO2 = REPO / "ds_configs" / "zero2.json"
-ACCELERATE_CONFIG = """compute_environment: LOCAL_MACHINE
-distributed_type: DEEPSPEED
-deepspeed_config:
-  deepspeed_config_file: {ds_config}
-machine_rank: 0
-main_process_port: {port}
-num_machines: 1
-num_processes: 2
-use_cpu: true
-"""
 
 
 def parse() -> argparse.Namespace:
@@ -57,7 +47,7 @@ def route_launchers(folder: Path) -> dict[str, list[str]]:
     """{route: argv up to the script and its engine flags}; the script's place is marked by None."""
     accelerate = str(Path(sys.executable).parent / "accelerate")
     config = folder / "accelerate_deepspeed.yaml"
-    config.write_text(ACCELERATE_CONFIG.format(ds_config=ZERO2, port=free_port()), encoding="utf-8")
+    config.write_text(accelerate_deepspeed_config(str(ZERO2), free_port(), 2), encoding="utf-8")
     return {
         "ds_config": [*launch_command("accelerate", 2, free_port()), None, "--ds_config", str(ZERO2)],
         "accelerate_config_file": [accelerate, "launch", "--config_file", str(config), None],
@@ -89,7 +79,7 @@ def one_run(argv: list, out: Path, args) -> dict:
     proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(1), cwd=REPO)
     if proc.returncode != 0:
         raise SystemExit(f"run failed: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
-    report = json.loads((out / "throughput.json").read_text(encoding="utf-8"))
+    report = load_throughput_report(str(out / "throughput.json"))
     setup = report["setup"]
     return {
         "median_step_s": report["step_time_s"]["median"],

@@ -58,3 +58,14 @@ def launch_command(
     if launcher == "deepspeed":
         return [str(bin_dir / "deepspeed"), "--num_accelerators", str(nproc), "--master_port", str(port)]
     raise ValueError(f"unknown launcher {launcher!r}: one of {', '.join(LAUNCHERS)}")
+
+
+def accelerate_deepspeed_config(ds_config: str, port: int, nproc: int) -> str:
+    """An accelerate config file's text (what `accelerate config` writes) that launches `nproc` CPU processes on this
+    machine with accelerate's DeepSpeed plugin naming `ds_config`: the route a user takes with `accelerate launch
+    --config_file it.yaml script.py` and no engine flag (ds_configs/README.md)."""
+    return (
+        "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n"
+        f"  deepspeed_config_file: {ds_config}\nmachine_rank: 0\nmain_process_port: {port}\nnum_machines: 1\n"
+        f"num_processes: {nproc}\nuse_cpu: true\n"
+    )

@@ -10,6 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from hf_vit_scaling.parallel.launch import accelerate_deepspeed_config
 from tests.helpers.engine_runs import ENGINE_RUN_ARGS
 from tests.helpers.launchers import (
     DS_CONFIGS,
@@ -27,16 +28,6 @@ pytestmark = pytest.mark.distributed
 
 ACCELERATE = str(launcher_cmd("accelerate", 2)[0])
 ZERO2 = str(DS_CONFIGS / "zero2.json")
-ACCELERATE_CONFIG = """compute_environment: LOCAL_MACHINE
-distributed_type: DEEPSPEED
-deepspeed_config:
-  deepspeed_config_file: {ds_config}
-machine_rank: 0
-main_process_port: {port}
-num_machines: 1
-num_processes: 2
-use_cpu: true
-"""
 # ZeRO-2's routes: (launcher's argv up to the script, the recipe's engine flags, the route the run must report)
 ROUTES = {
     "accelerate_config_file": (
@@ -60,7 +51,7 @@ ROUTES = {
 
 def accelerate_config(tmp_path) -> str:
     path = tmp_path / "accelerate_deepspeed.yaml"
-    path.write_text(ACCELERATE_CONFIG.format(ds_config=ZERO2, port=free_port()), encoding="utf-8")
+    path.write_text(accelerate_deepspeed_config(ZERO2, free_port(), 2), encoding="utf-8")
     return str(path)
 
 
