@@ -25,7 +25,7 @@ from hf_vit_scaling.errors import UserInputError
 from hf_vit_scaling.log import logger
 from hf_vit_scaling.parallel.deepspeed_config import ConfigReading, model_sized_values, read_config
 from hf_vit_scaling.parallel.distributed import init_deepspeed_comm
-from hf_vit_scaling.parallel.engine_routes import NO_ROUTE, EngineRoute
+from hf_vit_scaling.parallel.engine_routes import NO_ROUTE, EngineRoute, section_of
 
 
 @dataclass(frozen=True)
@@ -65,10 +65,7 @@ class Engine:
         if self.ds_config is None or not values:
             return
         for dotted, value in values.items():
-            *sections, key = dotted.split(".")
-            node = self.ds_config
-            for section in sections:
-                node = node.setdefault(section, {})
+            node, key = section_of(self.ds_config, dotted, create=True)
             node[key] = value
         self.resolved.update({key: {"value": value, "reason": reason} for key, value in values.items()})
 
@@ -167,10 +164,7 @@ def engine_of(
             "deepspeed", hf_deepspeed_config.config, ds_config_path, route.route, ds_config_mismatches=mismatches
         )
         for dotted, reason in route.filled:  # their values as the Trainer filled them
-            *sections, key = dotted.split(".")
-            node = engine.ds_config
-            for section in sections:
-                node = node.get(section, {})
+            node, key = section_of(engine.ds_config, dotted)
             engine.resolved[dotted] = {"value": node.get(key), "reason": reason}
         return engine
     if fsdp_plugin_args:

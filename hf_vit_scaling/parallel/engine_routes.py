@@ -126,6 +126,16 @@ def accelerate_fsdp(environ: Mapping[str, str]) -> dict[str, Any] | None:
     return config
 
 
+def section_of(config: dict[str, Any], dotted: str, create: bool = False) -> tuple[dict[str, Any], str]:
+    """(the section of `config` that holds the dotted key "zero_optimization.stage", its last name): the sections
+    made on the way with `create`, else an empty one where a section is missing."""
+    *sections, key = dotted.split(".")
+    node = config
+    for section in sections:
+        node = node.setdefault(section, {}) if create else node.get(section, {})
+    return node, key
+
+
 def fill_left_out_keys(config: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     """Put "auto" into `config` for every Trainer-owned key it leaves out (`TRAINER_OWNED_KEYS`), and ZeRO-3's model
     save (`ZERO3_LEFT_OUT`); the filled keys with their reasons."""
@@ -134,10 +144,7 @@ def fill_left_out_keys(config: dict[str, Any]) -> tuple[tuple[str, str], ...]:
         left_out |= ZERO3_LEFT_OUT
     filled = []
     for dotted, value in left_out.items():
-        *sections, key = dotted.split(".")
-        node = config
-        for section in sections:
-            node = node.setdefault(section, {})
+        node, key = section_of(config, dotted, create=True)
         if key not in node:
             node[key] = value
             why = "the Trainer's value" if value == "auto" else "the recipe saves model.safetensors (DeepSpeed: false)"
