@@ -57,12 +57,16 @@ fashion-distil: install
 # 2 pytest-xdist workers; --dist loadfile keeps each test file on one worker, so a file's shared launched runs
 # (module fixtures) run once. The 25 slowest tests are listed at the end. `make test` is the core tier (within 20
 # minutes on 2 cores); `make test-extended` the launched cells a core test covers on a sibling setting (tests/tiers.py);
-# CI runs both. `make test-serial`: both tiers, one process.
+# `make test TIER=all` both tiers in one pytest session, as CI runs them: the runs both tiers read (the engine runs,
+# tests/helpers/engine_runs.py) are made once. `make test-serial`: both tiers, one process.
+TIER ?= core
+$(if $(filter-out core extended all,$(TIER)),$(error TIER=$(TIER) is not a tier. Fix: TIER=core, extended or all))
+TIER_MARK = $(if $(filter all,$(TIER)),,$(if $(filter extended,$(TIER)),-m extended,-m "not extended"))
 test: install
-	$(VENV)/bin/python -m pytest -q tests -n 2 --dist loadfile --durations=25 -m "not extended"
+	$(VENV)/bin/python -m pytest -q tests -n 2 --dist loadfile --durations=25 $(TIER_MARK)
 
 test-extended: install
-	$(VENV)/bin/python -m pytest -q tests -n 2 --dist loadfile --durations=25 -m extended
+	$(MAKE) test TIER=extended
 
 # setup.cfg's lowest DeepSpeed (`deepspeed>=LOWEST,<=HIGHEST`), put before .venv's on the path (pip --target, no
 # dependencies: the rest is .venv's), with its own compiled CPU ops: the fast paths' bit-for-bit tests and a ZeRO-2

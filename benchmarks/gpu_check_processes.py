@@ -126,7 +126,10 @@ def set_child_env(settings: Settings) -> None:
     DeepSpeed, which buries the logs)."""
     from hf_vit_scaling.utils import OFFLINE, child_env  # this checkout's: prepend_pythonpath(REPO) ran first
 
-    cpu = {"DS_ACCELERATOR": "cpu"} if settings.dry_run else {}
+    # The dry run is a check, not a measurement: one thread per process (unless set), so its 2-process runs and a
+    # CI worker beside it do not oversubscribe the cores (each torch process takes every core it finds).
+    threads = os.environ.get("OMP_NUM_THREADS", "1")
+    cpu = {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": threads} if settings.dry_run else {}
     env = child_env(**OFFLINE, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1",
                     PYTHONWARNINGS="ignore::FutureWarning", **cpu)  # fmt: skip
     os.environ.clear()

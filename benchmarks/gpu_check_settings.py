@@ -147,21 +147,23 @@ DRY_RUN = Settings(
     image_size=16,
     batch_size=16,
     precision="fp32",
-    eager_steps=10,
+    # As few steps as show every arm working (CI runs it): a median over the steps after the warm-up, a compiled
+    # run's recompiles inside its warm-up.
+    eager_steps=5,
     eager_warmup=2,
-    compiled_steps=10,
+    compiled_steps=6,
     compiled_warmup=3,
     workers=1,
     shard_size=16,
     prepare_procs=1,
-    floor_steps=20,
+    floor_steps=8,
     floor_warmup=3,
     # One compiled run: the others differ from it only by the engine flags, which their eager runs check, and each
     # compile is costly on a 2-core CPU (docs/gpu.md, "Where the check's time goes").
     compiled_engines=("ddp",),
     compile_backend="aot_eager",
-    profile_warmup=3,
-    profile_steps=5,
+    profile_warmup=1,
+    profile_steps=2,
     max_autotune=False,
     # A cap, not the target (the dry run's time on 2 idle cores: docs/gpu.md, "Where the check's time goes"): on a
     # loaded CI machine, or where DeepSpeed builds its CPU op for the first time, the same items take longer and must

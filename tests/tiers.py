@@ -1,5 +1,6 @@
 """A pytest plugin: the two tiers of the suite. `make test` (the README's test command, within 20 minutes of pytest
-on 2 cores) runs every test not marked `extended`; `make test-extended` runs the rest; CI (.ci/run) runs both.
+on 2 cores) runs every test not marked `extended`; `make test-extended` runs the rest; CI (.ci/run) runs both in one
+pytest session (`make test TIER=all`), so the runs both tiers read are made once.
 
 The extended tier holds the launched cells whose code path a core test already runs on a sibling setting:
 - the engine variants: ZeRO-0, ZeRO-1 and the two CPU-offload configs wherever they are a cell of an engine matrix
@@ -34,18 +35,12 @@ EXTENDED = {
     "[shards-1proc-2workers-mid_epoch]": "augmented resumes are core on the host_crop and device input paths",
     "test_resume_augmented.py::test_resume_with_every_augmentation_is_exact_and_runs_only_the_remaining_steps"
     "[streamed_shards-2proc-2workers-mid_pass]": "streaming is core with Parquet files",
-    "test_reliability.py::test_fsdp2_sigkill_one_rank_then_resume_from_sharded_checkpoint":
-        "the SIGKILL path is core under ZeRO-2; FSDP2 sharded trains as DDP in test_fsdp.py (core)",
     **{f"test_conformance.py::test_compiled_run_{test}[{engine}]": COMPILE_WHY
        for test in ("trains_the_eager_run_s_losses", "resumes_exactly")
        for engine in ("zero2", "zero3")},  # its DDP and FSDP2 cells: CONFORMANCE_CORE_ELSEWHERE
-    **{f"test_compile.py::test_every_engine_compiles_on_two_processes[{engine}]": COMPILE_WHY
-       for engine in ("ddp", "zero2", "zero3", "fsdp2")},
     "test_gpu_path_flags.py::test_bf16_trains_and_saves_a_model_that_reloads[ddp]": "bf16 is core under ZeRO-3",
     "test_gpu_path_flags.py::test_bf16_trains_and_saves_a_model_that_reloads[zero2]": "bf16 is core under ZeRO-3",
     "test_gpu_path_flags.py::test_bf16_trains_and_saves_a_model_that_reloads[fsdp2]": "bf16 is core under ZeRO-3",
-    "test_per_rank_randomness.py::test_sequence_parallel_groups_draw_alike_within_and_apart_across":
-        "SP groups' draws are core in test_sequence_parallel_launched.py (4 processes, one image copied, resumed)",
     "test_streaming_launched.py::test_peak_memory_does_not_grow_with_the_data_set":
         "a memory bound over two data-set sizes; streaming's rows per pass are core",
     "test_streaming_launched.py::test_every_row_once_per_pass_across_two_ranks[16]": "the [15] cell is core",
@@ -74,8 +69,8 @@ EXTENDED = {
         "4 processes in 2 groups are core in the draw-and-resume test of the same file",
     "test_sequence_parallel_launched.py::test_recipe_high_resolution_finetune_under_zero3":
         "sequence parallelism through the recipe is core under ZeRO-2",
-    "test_distillation_launched.py::test_sigkill_one_rank_then_resume_from_checkpoint_logs_the_uninterrupted_losses":
-        "the SIGKILL resume is core under ZeRO-2 (test_reliability.py)",
+    "test_distillation_launched.py::test_resume_from_checkpoint_logs_the_uninterrupted_losses":
+        "the resume is core under ZeRO-2 (test_reliability.py, after a SIGKILL)",
     "test_regularization_launched.py::test_layer_decay_gives_each_parameter_group_its_lr[zero2-2-processes]":
         "layer decay is core on the plain Trainer",
     "test_hetero_launched.py::test_uneven_batches_give_the_same_gradient[zero2]": "uneven batches are core under DDP",
@@ -93,14 +88,12 @@ EXTENDED = {
         "a killed rank and the resume from the latest checkpoint are core under ZeRO-2 (SIGKILL, this file)",
     "test_reliability.py::test_nan_loss_skip_leaves_the_step_out_on_every_rank":
         "the non-finite check on every rank is core with the stop policy (this file)",
-    "test_regularization_launched.py::test_zero2_ema_survives_sigkill_and_resume_exactly":
+    "test_regularization_launched.py::test_zero2_ema_resumes_exactly":
         "the SIGKILL resume is core in test_reliability.py; the EMA's saved state in the best-model test here",
-    "test_streaming_launched.py::test_sigkill_one_rank_then_resume_trains_on_the_same_rows":
+    "test_streaming_launched.py::test_resume_trains_on_the_same_rows":
         "streaming's rows per pass are core; its resume runs in CI with the streamed resume_augmented cells",
-    "test_mae_launched.py::test_sigkill_one_rank_then_resume_logs_the_uninterrupted_losses":
+    "test_mae_launched.py::test_resume_logs_the_uninterrupted_losses":
         "the SIGKILL resume is core under ZeRO-2 (test_reliability.py); MAE pretraining is core under ZeRO-3",
-    "test_mae_launched.py::test_sigterm_to_one_rank_stops_both_with_a_checkpoint_at_the_agreed_step":
-        "the agreed stop is core in test_interruption_launched.py (ZeRO-3, one rank signalled)",
     "test_mae_script.py::test_one_command_pretrains_fine_tunes_and_writes_its_results":
         "MAE pretraining and its fine-tuning are core in test_mae_launched.py; this runs recipes/mae/run.sh",
     "test_resume_exact.py::test_a_zero2_checkpoint_resumed_without_its_engine_stops_with_one_error_line":
@@ -108,8 +101,6 @@ EXTENDED = {
     "test_gpu_path_flags.py::test_bf16_with_sequence_parallelism":
         "bf16 is core under ZeRO-3, sequence parallelism under ZeRO-2 (test_sequence_parallel_launched.py)",
     "test_recipe_distributed.py::test_zero0_one_process_matches_plain_trainer": "ZeRO-0 is an engine variant",
-    "test_recipe_distributed.py::test_no_launcher_with_zero2":
-        "one-process ZeRO-2 without a launcher runs in test_conformance.py's resumes and test_reliability.py",
     "test_flag_walks.py::test_walks_in_layout_md_are_the_traced_ones":
         "one traced recipe run; `python tools/trace_flags.py` rewrites the walks, the stale-walk message is core",
     "test_interruption_launched.py::test_torchrun_forwards_sigterm_and_every_rank_stops_at_the_same_step":
@@ -129,8 +120,6 @@ EXTENDED = {
         "core in test_studies_launched.py; Slurm's sbatch runs in CI's extended tier (.ci/run installs Slurm)",
     "test_recipe_distributed.py::test_every_ds_config_trains_saves_and_reloads[zero2]":
         "ZeRO-2's saved model reloads in test_conformance.py's fine-tuning cell (core)",
-    "test_per_rank_randomness.py::test_two_ranks_draw_different_augmentations_of_the_same_image":
-        "ranks' different draws of one image are core in the 4-process sequence-parallel test (apart across groups)",
 }  # fmt: skip
 
 

@@ -81,7 +81,6 @@ SLOW_BECAUSE = {
     "test_throughput_launched.py": "the report's figures from real 2-process runs, a slow rank among them",
     "test_fsdp.py": "FSDP2 and ZeRO-3 (with offload) trained, saved, resumed and compared on 2 processes",
     "test_models_zero3.py": "every model preset partitioned by ZeRO-3 on 2 processes",
-    "test_per_rank_randomness.py": "ranks' draws under each launcher; 4 processes in 2 sequence-parallel groups",
     "test_prepare_launched.py": "shards prepared, then trained on by 2 processes",
     "test_recipe_commands.py": "the commands the pages print, run as printed",
     "test_studies_launched.py": "a scaling study's grid of launched runs",

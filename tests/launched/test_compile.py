@@ -1,15 +1,14 @@
-"""`--torch_compile` under every engine, through the recipe in real processes (CPU, gloo):
-the plain Trainer in 1 process, DDP, ZeRO-2, ZeRO-3 and FSDP2 in 2.
+"""`--torch_compile` on the plain Trainer, through the recipe in a real process (CPU). Every 2-process engine (DDP,
+ZeRO-2, ZeRO-3, FSDP2) is checked the same way in test_conformance.py's compiled arm, on the runs it resumes.
 
-Each test reads what happened from the run's throughput.json, whose `compile` section comes from dynamo's counters
+The test reads what happened from the run's throughput.json, whose `compile` section comes from dynamo's counters
 on every rank (`throughput.compilation`), not from the flag: every rank compiled the engine's number of graphs
-(GRAPHS_PER_RANK) inside its training steps, none after the warm-up steps (a fixed shape), and the compile time fell
-inside the warm-up the steady-state figures leave out. A graph count alone would take an input hook's graph for the
-model's (the device transforms compile as a graph of their own), so the recipe runs through
-tests/launched/workers/compile_probe.py, which records on every rank the frames dynamo compiled: the object the loop
-trains is compiled, and a graph was traced from the model's forward (its code, or a resume of it after a graph break).
-Its 4 losses are finite and match an eager run of the same seed and data (the plain Trainer's in 1
-process; DDP's in 2, which every 2-process engine meets to 1e-5: test_fsdp.py).
+(tests/helpers/compile_checks.py, GRAPHS_PER_RANK) inside its training steps, none after the warm-up steps (a fixed
+shape), and the compile time fell inside the warm-up the steady-state figures leave out. A graph count alone would
+take an input hook's graph for the model's (the device transforms compile as a graph of their own), so the recipe
+runs through tests/launched/workers/compile_probe.py, which records on every rank the frames dynamo compiled: the
+object the loop trains is compiled, and a graph was traced from the model's forward (its code, or a resume of it
+after a graph break). Its 4 losses are finite and match an eager run of the same seed and data.
 
 The backend is `aot_eager`: dynamo's capture and AOTAutograd's forward/backward graphs, the part that meets each
 engine's wrappers and hooks (DDP's bucketed graphs, DeepSpeed's ZeRO-3 gather hooks, FSDP2's), without inductor's
@@ -29,32 +28,14 @@ import os
 import pytest
 
 from hf_vit_scaling.throughput.schema import load_throughput_report
-from tests.helpers.compile_checks import assert_aot_eager_ran
-from tests.helpers.launchers import DS_CONFIGS, WORKERS, fsdp_args, logged_losses, read_json, run_recipe
+from tests.helpers.compile_checks import assert_compiled_on_every_rank
+from tests.helpers.launchers import WORKERS, logged_losses, read_json, run_recipe
 
 STEPS = 4
 RUN_ARGS = ["--max_steps", str(STEPS), "--logging_steps", "1", "--eval_strategy", "no", "--max_eval_samples", "16",
             "--random_resized_crop", "false"]  # fmt: skip
-ENGINES = {  # name: (launcher, processes, engine flags)
-    "plain": ("python", 1, []),
-    "ddp": ("torchrun", 2, []),
-    "zero2": ("accelerate", 2, ["--ds_config", str(DS_CONFIGS / "zero2.json")]),
-    "zero3": ("accelerate", 2, ["--ds_config", str(DS_CONFIGS / "zero3.json")]),
-    "fsdp2": ("torchrun", 2, fsdp_args("fsdp2")),
-}
+ENGINES = {"plain": ("python", 1, [])}  # name: (launcher, processes, engine flags)
 BACKEND = "aot_eager"
-# Graphs dynamo compiles inside the training steps on each rank with aot_eager (torch 2.13), input hooks' graphs
-# included: a change is a change in what is compiled (a graph break more or less), to be read in the probe's frames.
-# ZeRO-3: 9 since the tiny model is kept whole on 2 processes and its per-module gather hooks are gone (14 with them).
-GRAPHS_PER_RANK = {"plain": 2, "ddp": 2, "zero2": 2, "zero3": 9, "fsdp2": 5}
-# Engines whose hooks stay outside the model's forward: the forward compiles as one graph, with no graph break (a
-# `.item()`, a device sync or an untraceable hook inside it would split it and show in dynamo's graph_break counter).
-# ZeRO-3's gather hooks and FSDP2's unshard hooks break the graph at each wrapped submodule by design.
-ONE_GRAPH_FORWARD = {"plain", "ddp", "zero2"}
-# accelerate compiles the DDP wrapper, so dynamo traces DDP.forward too and breaks in it, before the model's forward
-# (torch/nn/parallel/distributed.py: `_inside_ddp_forward` is on dynamo's skip list; `Logger.set_runtime_stats_and_log`
-# is C++): breaks with these reasons are the wrapper's, outside the model's graph.
-WRAPPER_BREAKS = {"ddp": ("set_runtime_stats_and_log", "DistributedDataParallel._inside_ddp_forward")}
 LOSS_TOLERANCE = 1e-5  # relative, per step: 100x the drift measured under inductor (module docstring)
 
 
@@ -70,7 +51,7 @@ def inductor_cache(tmp_path_factory) -> str:
 
 
 class EagerLosses(dict):
-    """{processes: the 4 losses of the eager run}: 1 process (plain), 2 (DDP); each run made on first use."""
+    """{processes: the 4 losses of the eager run}: 1 process (plain); made on first use."""
 
     def __init__(self, tmp_path_factory):
         super().__init__()
@@ -86,10 +67,6 @@ class EagerLosses(dict):
 @pytest.fixture(scope="module")
 def eager_losses(tmp_path_factory) -> EagerLosses:
     return EagerLosses(tmp_path_factory)
-
-
-def wrapper_break(name: str, reason: str) -> bool:
-    return any(method in reason for method in WRAPPER_BREAKS.get(name, ()))
 
 
 def compiled_run(name, tmp_path, inductor_cache) -> tuple[dict, list[dict], list[float], int]:
@@ -108,23 +85,7 @@ def compiled_run(name, tmp_path, inductor_cache) -> tuple[dict, list[dict], list
 
 def check_compiled_and_exact(name, tmp_path, inductor_cache, eager_losses) -> None:
     facts, ranks, losses, nproc = compiled_run(name, tmp_path, inductor_cache)
-    assert facts["requested"] and facts["backend"] == BACKEND
-    assert facts["compiled"], ("--torch_compile accepted but nothing compiled", facts)
-    for rank, probe in enumerate(ranks):
-        assert probe["loop_model_compiled"], f"rank {rank}: the {probe['loop_model']} the loop trains is not compiled"
-        model_graphs = [f for f in probe["frames"] if f["model_forward"] and f["graph_ops"] > 0]
-        assert model_graphs, (f"rank {rank}: no graph traced from {probe['model']}.forward; compiled frames: "
-                              f"{[(f['function'], f['file'], f['graph_ops']) for f in probe['frames']]}")  # fmt: skip
-        assert_aot_eager_ran(probe, len(model_graphs), rank)  # the backend that ran, not the name asked for
-        if name in ONE_GRAPH_FORWARD:
-            resumed = [f["function"] for f in probe["frames"] if f["resumed_in_model"]]
-            breaks = [reason for reason in probe["graph_breaks"] if not wrapper_break(name, reason)]
-            assert len(model_graphs) == 1 and not resumed and not breaks, (
-                f"rank {rank}: the model's forward is not one graph: {len(model_graphs)} graphs, resumed after a "
-                f"graph break in {resumed}, graph breaks {breaks}"
-            )
-    assert facts["graphs_per_rank"] == [GRAPHS_PER_RANK[name]] * nproc, facts
-    assert facts["recompiles_after_warmup"] == 0 and facts["compiled_within_warmup"], facts
+    assert_compiled_on_every_rank(name, facts, ranks)
     assert facts["compile_time_s"] > 0 and facts["warmup_time_s"] >= facts["compile_time_s"] * 0.5, facts
     assert len(losses) == STEPS and all(math.isfinite(loss) for loss in losses), losses
     assert losses == pytest.approx(eager_losses[nproc], rel=LOSS_TOLERANCE), (losses, eager_losses[nproc])
@@ -135,12 +96,3 @@ def test_plain_trainer_one_process_compiles(tmp_path, inductor_cache, eager_loss
     `CompileEngine`'s both skipped: the flag accepted, dynamo's counters at zero), recompiles after warm-up, or
     trains other losses than eager."""
     check_compiled_and_exact("plain", tmp_path, inductor_cache, eager_losses)
-
-
-@pytest.mark.distributed
-@pytest.mark.parametrize("engine", ["ddp", "zero2", "zero3", "fsdp2"])
-def test_every_engine_compiles_on_two_processes(engine, tmp_path, inductor_cache, eager_losses):
-    """Fails if the engine's model is left eager under --torch_compile on a rank (FSDP2 on a CPU world: accelerate's
-    state is made before the Trainer's, without its compile, so `CompileEngine` must compile it; DeepSpeed: neither
-    `engine.compile()` nor the fallback ran), recompiles after warm-up, or trains other losses than eager DDP."""
-    check_compiled_and_exact(engine, tmp_path, inductor_cache, eager_losses)

@@ -35,7 +35,7 @@ def load_gpu_check():
 def dry_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu-check")
     env = launch_env()
-    env.pop("OMP_NUM_THREADS")  # as `make gpu-check` runs it: each process takes the cores it finds
+    env.pop("OMP_NUM_THREADS")  # as `make gpu-check DRY_RUN=1` runs it: the script sets one thread per process
     proc = subprocess.run([sys.executable, str(SCRIPT), "--dry_run", "--output_dir", str(out)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=1500)  # fmt: skip
     assert proc.returncode == 0, (
@@ -115,11 +115,11 @@ def test_dry_run_auto_arms_run_transformers_fill_and_the_others_the_resolved_val
 @pytest.mark.distributed
 def test_dry_run_profiles_the_floor_the_plain_trainer_and_zero2(dry_run):
     _, result = dry_run
-    profile = result["items"]["profile"]
+    profile, steps = result["items"]["profile"], load_gpu_check().DRY_RUN.profile_steps
     assert profile["status"] == "ok" and profile["part"] == "e", profile
     assert list(profile["figures"]) == ["floor", "ddp", "zero2"]
     for run, summary in profile["figures"].items():
-        assert summary["activities"] == ["CPU"] and summary["steps"] == 5, run
+        assert summary["activities"] == ["CPU"] and summary["steps"] == steps, run
         assert in_unit_interval(summary["device_busy_fraction"], low_open=True), run
         assert summary["wall_s"] > 0 and summary["kernel_time_sum_s"] > 0, run
         kernels = summary["top_kernels"]
@@ -131,7 +131,7 @@ def test_dry_run_profiles_the_floor_the_plain_trainer_and_zero2(dry_run):
 @pytest.mark.distributed
 def test_dry_run_writes_the_table_and_the_runs(dry_run):
     out, result = dry_run
-    table = (out / "gpu_check.md").read_text()
+    table, steps = (out / "gpu_check.md").read_text(), load_gpu_check().DRY_RUN.profile_steps
     assert "| part | run | status | images/s | MFU | data wait | step ms | x floor |" in table
     rows = [
         "| a | plain Trainer eager | ok |",
@@ -144,7 +144,7 @@ def test_dry_run_writes_the_table_and_the_runs(dry_run):
         "| b | data wait",
         "| c | floor eager",
         "| c | floor compiled",
-        "Profile (part e, torch.profiler, 5 steps per run): ok",
+        f"Profile (part e, torch.profiler, {steps} steps per run): ok",
         "| floor | cpu |",
         "| ddp | cpu |",
         "| zero2 | cpu |",

@@ -167,28 +167,6 @@ def test_zero0_one_process_matches_plain_trainer(tmp_path):
     )
 
 
-# --------------------------------------------------------------------------- 4. no launcher + DeepSpeed
-
-
-def test_no_launcher_with_zero2(tmp_path):
-    out = tmp_path / "out"
-    proc = run_checked(
-        out,
-        "--ds_config",
-        str(DS_CONFIGS / "zero2.json"),
-        "--max_steps",
-        "20",
-        "--logging_steps",
-        "5",
-        *SHORT_RUN,
-        launcher="python",
-    )
-    setup = throughput_setup(out)
-    assert (setup["world_size"], setup["zero_stage"]) == (1, 2)
-    assert "ZeRO-2, 1 process(es)" in proc.stdout
-    assert (out / "model.safetensors").is_file()
-
-
 # --------------------------------------------------------------------------- 5. torchrun and deepspeed launchers
 
 

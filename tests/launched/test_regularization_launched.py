@@ -13,6 +13,7 @@ step with no weight decay moves every element by lr x g / (|g| + eps), i.e. by t
 """
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -20,7 +21,6 @@ from safetensors.torch import load_file
 from transformers import ViTForImageClassification
 
 from hf_vit_scaling.training.checkpoints import checkpoint_problem
-from hf_vit_scaling.training.faults import FAULTS_ENV
 from tests.helpers.launchers import (
     DS_CONFIGS,
     TINY_ARGS,
@@ -54,18 +54,16 @@ EMA_RUN = [
 ]  # fmt: skip
 
 
-def test_zero2_ema_survives_sigkill_and_resume_exactly(tmp_path):
+def test_zero2_ema_resumes_exactly(tmp_path):
+    """The uninterrupted run's checkpoint-4 (its EMA beside the weights), copied to a new folder and resumed on the
+    same 2 processes: the same final weights and EMA, bit for bit. The SIGKILL before a resume is
+    test_reliability.py's (ZeRO-2, core)."""
     reference = tmp_path / "reference"
     run_recipe(reference, *ZERO2, *EMA_RUN, launcher="torchrun", nproc=2)
 
     out = tmp_path / "run"
-    killed = run_recipe(
-        out, *ZERO2, *EMA_RUN, launcher="torchrun", nproc=2, check=False, **{FAULTS_ENV: f"sigkill@{KILL_AT}:rank1"}
-    )
-    assert killed.returncode != 0 and "exitcode: -9" in killed.stderr  # torchrun saw rank 1 die of SIGKILL
+    shutil.copytree(reference / "checkpoint-4", out / "checkpoint-4")
     assert checkpoint_problem(out / "checkpoint-4") is None and (out / "checkpoint-4" / "ema.safetensors").is_file()
-    assert not (out / "checkpoint-6").exists() and not (out / "ema").exists()
-
     resumed = run_recipe(
         out, *ZERO2, *EMA_RUN, "--resume_from_checkpoint", str(out / "checkpoint-4"), launcher="torchrun", nproc=2
     )
