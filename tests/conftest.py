@@ -10,4 +10,4 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-pytest_plugins = ["tests.ci_no_skip", "tests.tiers"]
+pytest_plugins = ["tests.ci_no_skip", "tests.tiers", "tests.launch_count"]

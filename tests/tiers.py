@@ -109,13 +109,6 @@ EXTENDED = {
     "[zero3_plain]": "distillation through the recipe is core (the saved students' reload and accuracy)",
     "test_sequence_parallel_launched.py::test_two_process_sequence_parallel_matches_the_plain_model":
         "the recipe under sequence parallelism equals one process (core, this file)",
-    **{f"test_bad_input.py::test_every_script_refuses_an_unknown_flag_with_one_line[recipes/{script}]":
-       "the one-line refusal is arguments/parser.py's OneLineErrors, which every script's parser shares: core for "
-       "train_vit.py and the scripts with argparse parsers"
-       for script in ("pretrain_mae.py", "train_vit_minimal.py", "plan.py", "medical_brain_mri/evaluate_model.py")},
-    **{f"test_bad_input.py::test_the_other_scripts_refuse_bad_input_with_one_error_line[medical evaluate {case}]":
-       "the range checks are field_checks.require_in_range, core through medical prepare's cells"
-       for case in ("zero bootstrap resamples", "negative batch size")},
     "test_slurm.py::test_scaling_study_sbatch_runs_on_local_slurm": "the scaling study end to end and resumed is "
         "core in test_studies_launched.py; Slurm's sbatch runs in CI's extended tier (.ci/run installs Slurm)",
     "test_recipe_distributed.py::test_every_ds_config_trains_saves_and_reloads[zero2]":

@@ -368,15 +368,75 @@ SCRIPT_CASES = {
 }
 
 
+# One fresh process runs each case's script as `python SCRIPT ARGS` would (runpy as `__main__`, sys.argv set), so
+# the scripts' refusals below cost one start-up, not one each; each refusal happens before the script's work, so a
+# case leaves nothing behind for the next. test_a_script_s_refusal_is_its_process_s_exit_status_2 runs one as its own
+# process, for the exit status.
+RUN_EACH_SCRIPT = """
+import contextlib
+import io
+import json
+import os
+import runpy
+import sys
+import traceback
+
+repo, cases, results_path = sys.argv[1:4]
+os.chdir(repo)
+results = {}
+for name, argv in json.loads(open(cases).read()).items():
+    err = io.StringIO()
+    sys.argv = list(argv)
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            runpy.run_path(argv[0], run_name="__main__")
+            code = 0
+        except SystemExit as stop:
+            code = stop.code
+        except Exception:  # a traceback where one error line belongs
+            code = "crashed"
+            err.write(traceback.format_exc())
+    results[name] = {"code": code, "stderr": err.getvalue()}
+with open(results_path, "w") as f:
+    json.dump(results, f)
+"""
+
+
+def run_each_script(root, argvs: dict[str, list[str]]) -> dict[str, dict]:
+    """{case: {"code": exit status, "stderr": what it printed}} of every case's argv (a script and its arguments)."""
+    (root / "cases.json").write_text(json.dumps(argvs))
+    run_script(root, "run_each_script.py", RUN_EACH_SCRIPT, REPO, root / "cases.json", root / "results.json")
+    return read_json(root / "results.json")
+
+
+def out_of(folder, argv: list[str]) -> list[str]:
+    return [str(folder / "out") if arg == "OUT" else arg for arg in argv]
+
+
+@pytest.fixture(scope="module")
+def script_refusals(tmp_path_factory):
+    """{case: (result, its out folder)} for every case of SCRIPT_CASES and every script's unknown flag."""
+    root = tmp_path_factory.mktemp("scripts")
+    argvs, outs = {}, {}
+    cases = {**{name: argv for name, (argv, _) in SCRIPT_CASES.items()},
+             **{f"unknown flag: {script}": [script, *args, "--no_such_flag", "1"]
+                for script, args in SCRIPT_REQUIRED_ARGS.items()}}  # fmt: skip
+    for i, (name, argv) in enumerate(cases.items()):
+        outs[name] = root / f"case{i}"
+        outs[name].mkdir()
+        argvs[name] = out_of(outs[name], argv)
+    results = run_each_script(root, argvs)
+    return {name: (results[name], outs[name] / "out") for name in cases}
+
+
 @pytest.mark.parametrize("case", list(SCRIPT_CASES))
-def test_the_other_scripts_refuse_bad_input_with_one_error_line(tmp_path, case):
-    argv, expected = SCRIPT_CASES[case]
-    out = tmp_path / "out"
-    proc = run([sys.executable, *[str(out) if a == "OUT" else a for a in argv]], timeout=120)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    (line,) = error_lines(proc.stderr)
+def test_the_other_scripts_refuse_bad_input_with_one_error_line(script_refusals, case):
+    result, out = script_refusals[case]
+    _, expected = SCRIPT_CASES[case]
+    assert result["code"] == 2, result["stderr"][-3000:]
+    (line,) = error_lines(result["stderr"])
     assert all(text in line for text in expected), line
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in result["stderr"]
     assert not out.exists() or list(out.iterdir()) == []
 
 
@@ -472,15 +532,22 @@ def test_every_recipe_script_is_covered_by_the_unknown_flag_test():
 
 
 @pytest.mark.parametrize("script", list(SCRIPT_REQUIRED_ARGS))
-def test_every_script_refuses_an_unknown_flag_with_one_line(tmp_path, script):
+def test_every_script_refuses_an_unknown_flag_with_one_line(script_refusals, script):
     """An unknown flag: exit 2, exactly one `error:` line naming it and the script's --help, no traceback, no usage
     text, nothing written. Fails if a script parses with a bare HfArgumentParser (a ValueError traceback), a plain
     argparse.ArgumentParser (usage text and `prog: error:`), or lets the flag through."""
-    out = tmp_path / "out"
-    argv = [str(out) if arg == "OUT" else arg for arg in SCRIPT_REQUIRED_ARGS[script]]
-    proc = run([sys.executable, script, *argv, "--no_such_flag", "1"], timeout=120)
+    result, out = script_refusals[f"unknown flag: {script}"]
+    assert result["code"] == 2, result["stderr"][-3000:]
+    (line,) = error_lines(result["stderr"])
+    assert "--no_such_flag is not a flag" in line and f"python {script} --help" in line, line
+    assert "Traceback" not in result["stderr"] and "usage:" not in result["stderr"], result["stderr"][-3000:]
+    assert not out.exists()
+
+
+def test_a_script_s_refusal_is_its_process_s_exit_status_2(tmp_path):
+    """The refusals above run in one process (runpy): one script run as its own process exits 2 with the line."""
+    argv, expected = SCRIPT_CASES["scaling_study negative global batch"]
+    proc = run([sys.executable, *out_of(tmp_path, argv)], timeout=120)
     assert proc.returncode == 2, proc.stderr[-3000:]
     (line,) = error_lines(proc.stderr)
-    assert "--no_such_flag is not a flag" in line and f"python {script} --help" in line, line
-    assert "Traceback" not in proc.stderr and "usage:" not in proc.stderr, proc.stderr[-3000:]
-    assert not out.exists()
+    assert all(text in line for text in expected) and "Traceback" not in proc.stderr, line
