@@ -5,25 +5,20 @@
 
 Timed: `recipes/train_vit.py` on the built-in digits with the tiny preset (16 px, a global batch of 32: 32 on one
 process, 16 on each of two), `--steps` steps after `--warmup` dropped; the figure is the throughput report's median
-step time (`step_time_s.median`). Arms: the plain Trainer (DDP on two processes), ZeRO-0/1/2/3, ZeRO-2 and ZeRO-3
-with offload, FSDP2 (two processes only), each with the project's resolved DeepSpeed values (`ds_configs/` as
-shipped), and ZeRO-2/ZeRO-3 "auto" as transformers alone fills them (hidden^2 buckets, 0.9 hidden^2 prefetch,
-10 x hidden persistence, DeepSpeed's throughput timer on, no leaf module, overlap_comm and contiguous_gradients
-on, DeepSpeed's own per-tensor loops (`HF_VIT_SCALING_DEEPSPEED_FAST_PATHS=0`): the behaviour before the resolution),
-and ZeRO-1/2/3 "own": the resolved values with DeepSpeed's own per-tensor loops (what the fast paths add on top),
-written out as numbers so the project leaves them. Every arm runs in its own fresh process(es). Per round the arms
-of one world size start together and take turns, `--turn_steps` optimizer steps at a time (`Turns`: the waiting
-arms block on a FIFO, outside every timed step), the order reversed every other round, so a slow phase of the
-machine falls on all alike (`--turn_steps 0`: the arms one after another); reported: the median over rounds of each
-arm's step time and of its ratio to the same round's plain Trainer.
+step time (`step_time_s.median`). Arms: the plain Trainer (DDP on two processes), ZeRO-0/1/2/3, ZeRO-2/3 with
+offload, FSDP2 (two processes), with the resolved DeepSpeed values (`ds_configs/` as shipped); ZeRO-2/3 "auto" as
+transformers alone fills them, with DeepSpeed's own per-tensor loops (the behaviour before the resolution:
+`auto_config`); ZeRO-1/2/3 "own": the resolved values, DeepSpeed's own loops (what the fast paths add). Each arm in
+its own fresh process(es). Per round the arms of one world size start together and take turns, `--turn_steps`
+optimizer steps at a time (`Turns`: the waiting arms block on a FIFO, outside every timed step), the order reversed
+every other round (`--turn_steps 0`: one after another); reported: the median over rounds of each arm's step time
+and of its ratio to the same round's plain Trainer.
 
-Counted (one more run per arm, `--count_steps` steps after the warm-up, counters installed in every process before
-the recipe starts): per step and rank, DeepSpeed's gradient-bucket flushes (`reduce_ipg_grads`, stage 3's
-`__reduce_and_partition_ipg_grads`), `torch.distributed` collectives by name (DDP's C++ reducer is not seen),
-device synchronizations (`torch.cuda.synchronize`, DeepSpeed's accelerator `synchronize`: free on this CPU, so
-counted rather than timed) and host reads of tensors (`.item()`, `.tolist()`, `.cpu()`), and forward hooks run on
-modules. With `--vit_b16`, the same counts for ZeRO-2 and ZeRO-3 (auto and resolved) on ViT-B/16's real parameter
-list (224 px, batch 1, one process).
+Counted (one more run per arm, `--count_steps` steps after the warm-up, `Counters` installed in every process
+before the recipe starts), per step and rank: DeepSpeed's gradient-bucket flushes, `torch.distributed` collectives
+by name, device synchronizations (free on this CPU, so counted rather than timed), host reads of tensors and forward
+hooks run. With `--vit_b16`, the same counts for ZeRO-2 and ZeRO-3 (auto and resolved) on ViT-B/16's real
+parameter list (224 px, batch 1, one process).
 """
 
 from __future__ import annotations

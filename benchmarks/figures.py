@@ -37,6 +37,7 @@ from functools import cache
 from pathlib import Path
 
 from figure_allowances import ALLOWED  # benchmarks/figure_allowances.py (scripts run as benchmarks/<name>.py)
+from figure_history import unheld_commits  # benchmarks/figure_history.py: a label's commit, looked up in git
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -108,9 +109,9 @@ def markdown_pages() -> list[str]:
 
 @cache
 def known_tables() -> frozenset[str]:
-    import tables  # benchmarks/tables.py, which imports this module: read at the first call, not at import
+    from table_renderers import TABLES  # benchmarks/table_renderers/: the registry benchmarks/tables.py writes
 
-    return frozenset(tables.TABLES)
+    return frozenset(TABLES)
 
 
 def generated_lines(text: str) -> set[int]:
@@ -408,54 +409,11 @@ def problems(pages: dict[str, str] | None = None) -> list[str]:
                 if (i + 1, marker.start()) not in bound:
                     found.append(f"{page}:{i + 1}: the marker for {marker.group('file')}#{marker.group('key')} "
                                  "follows no figure. Fix: put it right after the figure it binds")  # fmt: skip
-    found += unheld_commits(labelled_by_commit)
+    found += unheld_commits(labelled_by_commit, lambda text: FIGURE_PARTS.match(text).group("number"))
     for page, figure in sorted(set(allowances()) - used):
         if page in pages:
             found.append(f"{page}: the allowance for '{figure}' matches no figure left on the page. Fix: remove it "
                          "from benchmarks/figure_allowances.py")  # fmt: skip
-    return found
-
-
-HISTORY = REPO  # the repository whose history a label's commit is looked up in (pages may be read from elsewhere)
-
-
-def git(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=HISTORY, capture_output=True, text=True)
-
-
-def unheld_commits(figures: list[Figure]) -> list[str]:
-    """One line per figure labelled with an earlier measurement's commit that git does not know, or that neither
-    holds the figure in its files nor is named in a change that added or removed the figure (a results file's
-    provenance, a page's "measured at <hash>"): a made-up hash, or a figure retyped after it was measured."""
-    numbers = {figure: FIGURE_PARTS.match(figure.text).group("number") for figure in figures}
-    by_commit: dict[str, set[str]] = {}
-    for figure in figures:
-        for commit in figure.commits:
-            by_commit.setdefault(commit, set()).add(numbers[figure])
-    known = {commit for commit in by_commit if git("cat-file", "-e", f"{commit}^{{commit}}").returncode == 0}
-    held = set()
-    for commit in known:  # one search of each commit's files for all the figures labelled with it
-        patterns = [arg for number in sorted(by_commit[commit]) for arg in ("-e", number)]
-        out = git("grep", "-F", "-o", "-h", *patterns, commit, "--").stdout
-        held |= {(commit, number) for number in by_commit[commit] if number in out}
-
-    @cache
-    def changes_naming(number: str) -> str:
-        """Every diff that added or removed `number` (git's pickaxe), outside tests/, one text."""
-        return git("log", "-S", number, "-p", "--format=%H", "--", ".", ":!tests").stdout  # not a test's sample
-
-    found = []
-    for figure in figures:
-        number = numbers[figure]
-        named = [c for c in figure.commits if c in known]
-        if not named:
-            why = f"names commit {', '.join(figure.commits)}, which is not in this repository's history"
-        elif any((c, number) in held or c in changes_naming(number) for c in named):
-            continue
-        else:
-            why = f"names commit {', '.join(named)}, which neither holds {number} nor is named where it was added"
-        found.append(f"{figure.page}:{figure.line}: the figure '{figure.text}' {why}. Fix: name the commit the "
-                     "figure was measured at (and record it), or bind the figure to its results file")  # fmt: skip
     return found
 
 

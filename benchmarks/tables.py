@@ -21,7 +21,6 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import figures  # benchmarks/figures.py: the check of the figures typed outside the generated tables
@@ -31,8 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 
 
-# The figure census is computed from the pages by benchmarks/figures.py, not read from a results file.
-CENSUS = "benchmarks/figures.py"
+CENSUS, TABLES = renderers.CENSUS, renderers.TABLES  # every generated table: name -> (results file, renderer)
 
 
 def read(path: str) -> dict:
@@ -52,50 +50,6 @@ def source_line(path: str, result: dict, page: Path) -> str:
     said = ", ".join(fact for fact in facts if fact)
     link = os.path.relpath(REPO / path, page.parent)
     return f"Source: [{path}]({link})" + (f" ({said})." if said else ".")
-
-
-# name -> (results file, renderer)
-RESULTS = "benchmarks/results"
-TABLES: dict[str, tuple[str, Callable[[dict], str]]] = {
-    "stop_on_signal": (f"{RESULTS}/stop_on_signal.json", renderers.stop_on_signal),
-    "callback_overhead": (f"{RESULTS}/callback_overhead.json", renderers.callback_overhead),
-    "make_test": (f"{RESULTS}/make_test.json", renderers.timed_command),
-    "make_test_slowest": (f"{RESULTS}/make_test.json", renderers.make_test_slowest),
-    "make_test_extended": (f"{RESULTS}/make_test_extended.json", renderers.make_test),
-    "make_train": (f"{RESULTS}/make_train.json", renderers.make_train),
-    "make_train_report": (f"{RESULTS}/make_train.json", renderers.make_train_report),
-    "deepspeed_ops_build": (f"{RESULTS}/deepspeed_ops_build.json", renderers.timed_command_and_last_line),
-    "input_path": (f"{RESULTS}/input_path.json", renderers.input_path),
-    "input_path_auto": (f"{RESULTS}/input_path_auto.json", renderers.input_path_auto),
-    "imagenet_shaped": (f"{RESULTS}/imagenet_shaped.json", renderers.imagenet_shaped),
-    "variable_size_accuracy": (f"{RESULTS}/variable_size_accuracy.json", renderers.variable_size_accuracy),
-    "synthetic_floor": (f"{RESULTS}/synthetic_floor.json", renderers.synthetic_floor),
-    "compile_speed": (f"{RESULTS}/compile_speed.json", renderers.compile_speed),
-    "engine_overhead": (f"{RESULTS}/engine_overhead.json", renderers.engine_overhead),
-    "engine_overhead_vit_b16": (f"{RESULTS}/engine_overhead.json", renderers.engine_overhead_vit_b16),
-    "hetero_balance": (f"{RESULTS}/hetero_balance.json", renderers.hetero_balance),
-    "sequence_parallel_cpu": (f"{RESULTS}/sequence_parallel_cpu.json", renderers.sequence_parallel),
-    "sequence_parallel_cpu_run2": (f"{RESULTS}/sequence_parallel_cpu_run2.json", renderers.sequence_parallel),
-    "regularization_cost": (f"{RESULTS}/regularization_cost.json", renderers.regularization_cost),
-    "host_path_regularization": (f"{RESULTS}/host_path_regularization.json", renderers.host_path_regularization),
-    "planner_memory_by_engine": (f"{RESULTS}/planner_memory.json", renderers.planner_memory_by_engine),
-    "planner_memory_rows": (f"{RESULTS}/planner_memory.json", renderers.planner_memory_rows),
-    "planner_study": (f"{RESULTS}/planner_study.json", renderers.planner_study),
-    "planner_published": (f"{RESULTS}/planner_published.json", renderers.planner_published),
-    "planner_published_scaling": (f"{RESULTS}/planner_published.json", renderers.planner_published_scaling),
-    "planner_published_inputs": (f"{RESULTS}/planner_published.json", renderers.planner_published_inputs),
-    "planner_published_commands": (f"{RESULTS}/planner_published.json", renderers.planner_published_commands),
-    "planner_projection": (f"{RESULTS}/planner_published.json", renderers.planner_projection),
-    "planner_worked_example": (f"{RESULTS}/planner_published.json", renderers.planner_worked_example),
-    "gpu_check": (f"{RESULTS}/gpu_check_h200.json", renderers.gpu_check),
-    "gpu_compile": (f"{RESULTS}/gpu_check_h200.json", renderers.gpu_compile),
-    "medical_steps": ("recipes/medical_brain_mri/results.json", renderers.recipe_step_times),
-    "medical_test": ("recipes/medical_brain_mri/results.json", renderers.medical_test_metrics),
-    "fashion_5k_s42": ("recipes/fashion_mnist/results_5k_s42.json", renderers.recipe_top1),
-    "fashion_5k_s43": ("recipes/fashion_mnist/results_5k_s43.json", renderers.recipe_top1),
-    "mae_5k": ("recipes/mae/results_5k.json", renderers.mae_two_steps),
-    "figure_counts": (CENSUS, renderers.figure_counts),
-}
 
 
 def pages() -> list[Path]:

@@ -1,7 +1,10 @@
 """The renderers of benchmarks/tables.py: each turns one results file (a dict) into the markdown table a page
-shows. Named for the table; registered in `tables.TABLES` with the file it reads. One module per kind of results
+shows. Named for the table; registered in `TABLES` below with the file it reads (benchmarks/tables.py writes them,
+benchmarks/figures.py knows their names: neither imports the other for it). One module per kind of results
 file: benchmark_results (the benchmark scripts' own), planner, commands (timed commands: make train, make test),
 recipes (a recipe folder's results); cells holds the table and the cell formats they share."""
+
+from collections.abc import Callable
 
 from .benchmark_results import (
     callback_overhead,
@@ -47,7 +50,54 @@ from .planner import (
 )
 from .recipes import mae_two_steps, medical_test_metrics, minutes, recipe_step_times, recipe_top1
 
+# The figure census is computed from the pages by benchmarks/figures.py, not read from a results file.
+CENSUS = "benchmarks/figures.py"
+# name -> (results file, renderer)
+RESULTS = "benchmarks/results"
+TABLES: dict[str, tuple[str, Callable[[dict], str]]] = {  # fmt: skip
+    "stop_on_signal": (f"{RESULTS}/stop_on_signal.json", stop_on_signal),
+    "callback_overhead": (f"{RESULTS}/callback_overhead.json", callback_overhead),
+    "make_test": (f"{RESULTS}/make_test.json", timed_command),
+    "make_test_slowest": (f"{RESULTS}/make_test.json", make_test_slowest),
+    "make_test_extended": (f"{RESULTS}/make_test_extended.json", make_test),
+    "make_train": (f"{RESULTS}/make_train.json", make_train),
+    "make_train_report": (f"{RESULTS}/make_train.json", make_train_report),
+    "deepspeed_ops_build": (f"{RESULTS}/deepspeed_ops_build.json", timed_command_and_last_line),
+    "input_path": (f"{RESULTS}/input_path.json", input_path),
+    "input_path_auto": (f"{RESULTS}/input_path_auto.json", input_path_auto),
+    "imagenet_shaped": (f"{RESULTS}/imagenet_shaped.json", imagenet_shaped),
+    "variable_size_accuracy": (f"{RESULTS}/variable_size_accuracy.json", variable_size_accuracy),
+    "synthetic_floor": (f"{RESULTS}/synthetic_floor.json", synthetic_floor),
+    "compile_speed": (f"{RESULTS}/compile_speed.json", compile_speed),
+    "engine_overhead": (f"{RESULTS}/engine_overhead.json", engine_overhead),
+    "engine_overhead_vit_b16": (f"{RESULTS}/engine_overhead.json", engine_overhead_vit_b16),
+    "hetero_balance": (f"{RESULTS}/hetero_balance.json", hetero_balance),
+    "sequence_parallel_cpu": (f"{RESULTS}/sequence_parallel_cpu.json", sequence_parallel),
+    "sequence_parallel_cpu_run2": (f"{RESULTS}/sequence_parallel_cpu_run2.json", sequence_parallel),
+    "regularization_cost": (f"{RESULTS}/regularization_cost.json", regularization_cost),
+    "host_path_regularization": (f"{RESULTS}/host_path_regularization.json", host_path_regularization),
+    "planner_memory_by_engine": (f"{RESULTS}/planner_memory.json", planner_memory_by_engine),
+    "planner_memory_rows": (f"{RESULTS}/planner_memory.json", planner_memory_rows),
+    "planner_study": (f"{RESULTS}/planner_study.json", planner_study),
+    "planner_published": (f"{RESULTS}/planner_published.json", planner_published),
+    "planner_published_scaling": (f"{RESULTS}/planner_published.json", planner_published_scaling),
+    "planner_published_inputs": (f"{RESULTS}/planner_published.json", planner_published_inputs),
+    "planner_published_commands": (f"{RESULTS}/planner_published.json", planner_published_commands),
+    "planner_projection": (f"{RESULTS}/planner_published.json", planner_projection),
+    "planner_worked_example": (f"{RESULTS}/planner_published.json", planner_worked_example),
+    "gpu_check": (f"{RESULTS}/gpu_check_h200.json", gpu_check),
+    "gpu_compile": (f"{RESULTS}/gpu_check_h200.json", gpu_compile),
+    "medical_steps": ("recipes/medical_brain_mri/results.json", recipe_step_times),
+    "medical_test": ("recipes/medical_brain_mri/results.json", medical_test_metrics),
+    "fashion_5k_s42": ("recipes/fashion_mnist/results_5k_s42.json", recipe_top1),
+    "fashion_5k_s43": ("recipes/fashion_mnist/results_5k_s43.json", recipe_top1),
+    "mae_5k": ("recipes/mae/results_5k.json", mae_two_steps),
+    "figure_counts": (CENSUS, figure_counts),
+}
+
 __all__ = [
+    "CENSUS",
+    "TABLES",
     "SLOW_BECAUSE",
     "callback_overhead",
     "compile_speed",

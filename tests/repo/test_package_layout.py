@@ -430,3 +430,48 @@ def test_a_lower_module_taking_the_training_arguments_is_found(tmp_path):
         "pkg.parallel.engine": ["start(training_args)"],
         "pkg.parallel.hetero": ["loader(args)"],
     }
+
+
+# --------------------------------------------------------------------------- the script folders
+
+SCRIPT_FOLDERS = ("benchmarks", "tools")
+
+
+def sibling_import_graph(folder: Path) -> dict[str, set[str]]:
+    """{script: the sibling scripts it imports} of a folder whose scripts import each other by name, as they run
+    from it (`import figures`, `from gpu_check_items import Check`, deferred imports included); a package in it
+    (table_renderers/) is one node, its modules' imports its own."""
+    files = {p.stem: [p] for p in folder.glob("*.py")}
+    files |= {p.name: sorted(p.glob("*.py")) for p in folder.iterdir() if (p / "__init__.py").is_file()}
+    graph = {}
+    for name, paths in files.items():
+        found = set()
+        for path in paths:
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Import):
+                    found |= {alias.name.split(".")[0] for alias in node.names}
+                elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                    found.add(node.module.split(".")[0])
+        graph[name] = {m for m in found if m in files and m != name}
+    return graph
+
+
+@pytest.mark.parametrize("folder", SCRIPT_FOLDERS)
+def test_the_script_folders_have_no_import_cycle(folder):
+    cycle = find_cycle(sibling_import_graph(REPO / folder))
+    assert cycle is None, f"{folder}/: import cycle: " + " -> ".join(cycle)
+
+
+def test_a_cycle_between_scripts_is_found(tmp_path):
+    (tmp_path / "a.py").write_text("import b\n")
+    (tmp_path / "b.py").write_text("def f():\n    from c import g\n")
+    (tmp_path / "c.py").write_text("import a\nimport os\n")
+    (tmp_path / "d.py").write_text("import a\n")
+    assert find_cycle(sibling_import_graph(tmp_path)) == ["a", "b", "c", "a"]
+
+
+@pytest.mark.parametrize("folder", SCRIPT_FOLDERS)
+def test_the_script_folders_stay_under_500_lines(folder):
+    long = [f"{p.relative_to(REPO)} ({n} lines)" for p in (REPO / folder).rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES]  # fmt: skip
+    assert long == [], "over 500 lines: " + ", ".join(long)
