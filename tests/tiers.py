@@ -107,8 +107,6 @@ EXTENDED = {
         "the agreed stop is core with one rank signalled under ZeRO-3 and on one process (this file)",
     "test_distillation_launched.py::test_teacher_is_whole_on_every_rank_frozen_and_outside_the_optimizer"
     "[zero3_plain]": "distillation through the recipe is core (the saved students' reload and accuracy)",
-    "test_sequence_parallel_launched.py::test_two_process_sequence_parallel_matches_the_plain_model":
-        "the recipe under sequence parallelism equals one process (core, this file)",
     "test_slurm.py::test_scaling_study_sbatch_runs_on_local_slurm": "the scaling study end to end and resumed is "
         "core in test_studies_launched.py; Slurm's sbatch runs in CI's extended tier (.ci/run installs Slurm)",
     "test_recipe_distributed.py::test_every_ds_config_trains_saves_and_reloads[zero2]":
