@@ -29,6 +29,7 @@ from .cells import sig, strong, table
 from .census import figure_counts
 from .commands import (
     SLOW_BECAUSE,
+    ci_run,
     make_test,
     make_test_slowest,
     make_train,
@@ -60,6 +61,8 @@ TABLES: dict[str, tuple[str, Callable[[dict], str]]] = {  # fmt: skip
     "make_test": (f"{RESULTS}/make_test.json", timed_command),
     "make_test_slowest": (f"{RESULTS}/make_test.json", make_test_slowest),
     "make_test_extended": (f"{RESULTS}/make_test_extended.json", make_test),
+    "ci_before": (f"{RESULTS}/ci_before.json", ci_run),
+    "ci_after": (f"{RESULTS}/ci_after.json", ci_run),
     "make_train": (f"{RESULTS}/make_train.json", make_train),
     "make_train_report": (f"{RESULTS}/make_train.json", make_train_report),
     "deepspeed_ops_build": (f"{RESULTS}/deepspeed_ops_build.json", timed_command_and_last_line),
@@ -98,6 +101,7 @@ TABLES: dict[str, tuple[str, Callable[[dict], str]]] = {  # fmt: skip
 __all__ = [
     "CENSUS",
     "TABLES",
+    "ci_run",
     "SLOW_BECAUSE",
     "callback_overhead",
     "compile_speed",

@@ -21,6 +21,24 @@ def timed_command(result: dict) -> str:
     return table(header, [row])
 
 
+LAUNCHES = re.compile(r"^process launches: \d+ .*$")
+
+
+def ci_run(result: dict) -> str:
+    """A timed `.ci/run`: its wall time and exit status, and every pytest session's summary line (and the process
+    launches the suite counted: tests/launch_count.py), in the order they ran."""
+    lines = [m.group(1) for m in map(PYTEST_SUMMARY.match, result["output_tail"]) if m]
+    lines += [line for line in result["output_tail"] if LAUNCHES.match(line)]
+    wall = f"{result['wall_min']:.1f} min ({result['wall_s']:.0f} s)"
+    row = [
+        f"`{result['timed']}` at {result['provenance']['commit']}",
+        wall,
+        str(result["exit_code"]),
+        "<br>".join(lines),
+    ]
+    return table(["command", "wall time", "exit status", "pytest's summaries"], [row])
+
+
 def output_block(result: dict, first: str, last: str) -> list[str]:
     """The lines of a timed command's output tail from the first line starting with `first` to the next line starting
     with `last` (both kept)."""
