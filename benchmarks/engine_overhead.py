@@ -41,7 +41,7 @@ from torch.distributed.elastic.utils.distributed import get_free_port
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the checkout's package, also when another copy is installed
 
-from hf_vit_scaling.parallel.deepspeed_fast_paths import ENV_SWITCH as FAST_PATHS_SWITCH  # noqa: E402
+from hf_vit_scaling.parallel.fast_paths.registry import ENV_SWITCH as FAST_PATHS_SWITCH  # noqa: E402
 from hf_vit_scaling.parallel.launch import launch_command  # noqa: E402
 from hf_vit_scaling.throughput.schema import load_throughput_report  # noqa: E402
 
@@ -256,9 +256,9 @@ class Counters:
 def CountingWindow(counters: Counters):  # noqa: N802 (a TrainerCallback made where transformers is imported)
     from transformers import TrainerCallback
 
-    class Window(TrainerCallback):
-        reads_weights_between_steps = False  # counters only (parallel/weight_gathers.py)
+    from hf_vit_scaling.parallel.fast_paths.weight_gathers import leave_weights_alone
 
+    class Window(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
             counters.on = state.global_step >= counters.warmup
 
@@ -269,7 +269,7 @@ def CountingWindow(counters: Counters):  # noqa: N802 (a TrainerCallback made wh
             counters.on = False
             counters.write(args.process_index)
 
-    return Window()
+    return leave_weights_alone(Window, "counters only")()
 
 
 # --------------------------------------------------------------------------- arms that take turns (--turns)
@@ -355,11 +355,10 @@ class Turns:
 def TurnTaking(turns: Turns):  # noqa: N802 (a TrainerCallback made where transformers is imported)
     from transformers import TrainerCallback
 
+    from hf_vit_scaling.parallel.fast_paths.weight_gathers import leave_weights_alone
     from hf_vit_scaling.throughput.timing import ThroughputCallback
 
     class Taking(TrainerCallback):
-        reads_weights_between_steps = False  # a FIFO and a turn (parallel/weight_gathers.py)
-
         def on_train_begin(self, args, state, control, **kwargs):
             turns.start(args.process_index)
 
@@ -370,7 +369,7 @@ def TurnTaking(turns: Turns):  # noqa: N802 (a TrainerCallback made where transf
                 if isinstance(callback, ThroughputCallback):
                     callback.pause()  # the turn's wait is no step's data wait
 
-    return Taking()
+    return leave_weights_alone(Taking, "a FIFO and a turn")()
 
 
 def add_callback_to_every_trainer(callback) -> None:

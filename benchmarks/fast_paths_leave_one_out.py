@@ -20,7 +20,7 @@ import sys
 import engine_overhead as overhead  # benchmarks/engine_overhead.py (scripts run as benchmarks/<name>.py)
 from _common import report_result
 
-from hf_vit_scaling.parallel.deepspeed_fast_paths import ENV_SWITCH
+from hf_vit_scaling.parallel.fast_paths.registry import ENV_SWITCH
 
 ZERO12 = ["zero12_grad_norm", "zero12_bit16_views", "zero12_file_at_once"]
 # Where each path can act: a world of one for the single-rank reductions, several processes for the grouped norms'

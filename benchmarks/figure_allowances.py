@@ -10,7 +10,7 @@ ON_VARIABLE_SIZE = "arithmetic on the generated variable_size_accuracy table jus
 HAND_COMPUTED = "a hand computation the named test in tests/unit/planning/test_memory.py asserts, not a measurement"
 
 ALLOWED: dict[str, dict[str, str]] = {
-    "ds_configs/README.md": {
+    "hf_vit_scaling/parallel/fast_paths/README.md": {
         "2%": "the threshold under which a DeepSpeed fast path is removed (the leave-one-out rule): a target",
     },
     "benchmarks/README.md": {

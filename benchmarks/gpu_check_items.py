@@ -30,7 +30,7 @@ from gpu_check_settings import (
 )
 from torch.distributed.elastic.utils.distributed import get_free_port
 
-# hf_vit_scaling.parallel.deepspeed_fast_paths.ENV_SWITCH, written out: the package imports deepspeed, which
+# hf_vit_scaling.parallel.fast_paths.registry.ENV_SWITCH, written out: the package imports deepspeed, which
 # `ensure_packages` installs only once the check runs (tests/launched/test_gpu_check.py checks both agree).
 FAST_PATHS_SWITCH = "HF_VIT_SCALING_DEEPSPEED_FAST_PATHS"
 

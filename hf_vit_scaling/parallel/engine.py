@@ -178,7 +178,7 @@ def start_engine(engine: Engine, device_type: str, mixed_precision: str) -> None
     FSDP2 on a CPU world (`device_type` "cpu") needs accelerate told, with the Trainer's `mixed_precision` (see
     `select_fsdp_on_cpu`)."""
     if engine.kind == "deepspeed":
-        from hf_vit_scaling.parallel.deepspeed_fast_paths import (  # DeepSpeed runs only
+        from hf_vit_scaling.parallel.fast_paths.registry import (  # DeepSpeed runs only
             ENV_SWITCH,
             install_deepspeed_fast_paths,
         )
@@ -187,8 +187,9 @@ def start_engine(engine: Engine, device_type: str, mixed_precision: str) -> None
         init_deepspeed_comm()
         engine.fast_paths.update(install_deepspeed_fast_paths())
         logger.info(
-            f"DeepSpeed {engine.label()} from {engine.route}; fast paths (ds_configs/README.md, {ENV_SWITCH}=0 "
-            f"turns them off): {engine.fast_paths_summary()}"
+            f"DeepSpeed {engine.label()} from {engine.route}; fast paths "
+            f"(hf_vit_scaling/parallel/fast_paths/README.md, {ENV_SWITCH}=0 turns them off): "
+            f"{engine.fast_paths_summary()}"
         )
     elif engine.kind == "fsdp" and device_type == "cpu":
         select_fsdp_on_cpu(engine.fsdp_plugin_args, mixed_precision)

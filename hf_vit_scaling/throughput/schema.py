@@ -23,7 +23,7 @@ REPORT_SCHEMA: dict[str, dict[str, str]] = {
         "deepspeed_resolved": "{dotted key: {value, reason}}: every DeepSpeed value the project set (bucket sizes, "
         "ZeRO-3 persistence and leaf modules, timers, the scaled lr, ...); {} without DeepSpeed",
         "deepspeed_fast_paths": "{name: on, or why off}: DeepSpeed ZeRO per-tensor loops replaced by exact "
-        "equivalents (hf_vit_scaling/parallel/deepspeed_fast_paths.py), as installed; {} without DeepSpeed",
+        "equivalents (hf_vit_scaling/parallel/fast_paths/registry.py), as installed; {} without DeepSpeed",
         "deepspeed_fast_paths_ran": "{name: times its own code ran in the measured steps (a path that acts when the "
         "engine is built: since then)}: the installed paths whose conditions held; {} without DeepSpeed",
         "precision": "fp32, bf16, fp16 or tf32",

@@ -122,8 +122,6 @@ class ThroughputCallback(TrainerCallback):
     runs under `no_grad`) are counted beside the student's training FLOPs in the achieved TFLOP/s and MFU.
     """
 
-    reads_weights_between_steps = False  # at a step's edges: clocks and the logs (parallel/weight_gathers.py)
-
     def __init__(
         self,
         warmup_steps: int = 5,
@@ -224,7 +222,7 @@ class ThroughputCallback(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self._uses_fast_paths() and len(self.compute) + len(self._unread) == self.warmup_steps:
-            from hf_vit_scaling.parallel.deepspeed_fast_paths import fast_path_runs  # a DeepSpeed run's only
+            from hf_vit_scaling.parallel.fast_paths.registry import fast_path_runs  # a DeepSpeed run's only
 
             self._fast_paths_before = fast_path_runs()  # the first measured step begins
         self._step_begin = self.marks.mark()
@@ -314,7 +312,7 @@ class ThroughputCallback(TrainerCallback):
         """{fast path: times it ran in the measured steps} (a path that acts when the engine is built: since then)."""
         if not self._uses_fast_paths() or self._fast_paths_before is None:
             return {}
-        from hf_vit_scaling.parallel.deepspeed_fast_paths import ran_since
+        from hf_vit_scaling.parallel.fast_paths.registry import ran_since
 
         return ran_since(self._fast_paths_before)
 

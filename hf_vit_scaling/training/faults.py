@@ -86,8 +86,6 @@ class FaultInjector(TrainerCallback):
     - `during_save(step)`: `save_fail@N` makes writes fail part-way while checkpoint-N is written.
     """
 
-    reads_weights_between_steps = False  # at a step's edges: signals and sleeps (parallel/weight_gathers.py)
-
     def __init__(self, rank: int, faults: list[Fault] | None = None):
         self.rank = rank
         self.faults = faults_from_env() if faults is None else faults

@@ -81,8 +81,6 @@ class StopOnSignal(TrainerCallback):
     and if any received one, the Trainer saves a checkpoint at this step and stops (`stopped` then holds
     {"signal", "step"}). A signal received after the last step changes nothing."""
 
-    reads_weights_between_steps = False  # at a step's edges: the signal flag (parallel/weight_gathers.py)
-
     def __init__(self, signals: tuple[signal.Signals, ...]):
         self.signals = signals
         self.received: str | None = None  # this rank's first signal

@@ -26,8 +26,6 @@ class NonFiniteLossPolicy(TrainerCallback):
       skips every parameter), so "skip" reads the flag every micro-step: the price of skipping.
     """
 
-    reads_weights_between_steps = False  # at a step's edges: its non-finite flag (parallel/weight_gathers.py)
-
     def __init__(self, trainer, policy: str):
         self.trainer, self.policy = trainer, policy
         self.skipped_steps: list[int] = []

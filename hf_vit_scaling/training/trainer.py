@@ -27,8 +27,8 @@ pinned by tests/unit/training/test_upstream.py.
 - `stop_signals`: the signals `--stop_signals` names, parsed (`interruption.parse_stop_signals`), e.g. (SIGTERM,
   SIGUSR1): on one of them every rank stops at the next optimizer step with a checkpoint,
   and `train` raises `TrainingInterrupted` (`interruption.StopOnSignal`; output_dir/interrupted.json says which).
-- ZeRO-1/2's weight gather left in flight while the next batch loads (`FinishesWeightGathers`,
-  `parallel/weight_gathers.py`);
+- ZeRO-1/2's weight gather left in flight while the next batch loads (`FinishesWeightGathers` and
+  `attach_weight_gather_waits`, `parallel/fast_paths/weight_gathers.py`);
 - `--torch_compile`: the model the loop trains is compiled under every engine, before the first step
   (`compile.CompileEngine`); the throughput report says from dynamo's counters whether it was.
 Injected faults (`faults.FaultInjector`) do nothing unless the environment asks for them.
@@ -39,9 +39,9 @@ from hf_vit_scaling.data.streaming.loader import StreamingTrainData
 from hf_vit_scaling.evaluation.model_card import write_model_card
 from hf_vit_scaling.optim.build import Optimization
 from hf_vit_scaling.parallel.distributed import gather_object
+from hf_vit_scaling.parallel.fast_paths.weight_gathers import FinishesWeightGathers, attach_weight_gather_waits
 from hf_vit_scaling.parallel.hetero import loss_weight, uneven_batch_loader
 from hf_vit_scaling.parallel.sequence_parallel import shard_dataloader_by_data_parallel_rank
-from hf_vit_scaling.parallel.weight_gathers import FinishesWeightGathers
 from hf_vit_scaling.throughput.timing import add_throughput_callback
 from hf_vit_scaling.training.compile import CompileEngine
 from hf_vit_scaling.training.faults import FaultInjector
@@ -72,6 +72,7 @@ class VitTrainer(FinishesWeightGathers, UpstreamOverrides):
         if kwargs.get("args") is not None:
             pin_data_order_seed(kwargs["args"])  # before the Trainer reads it into its data loader configuration
         super().__init__(*args, **kwargs)
+        attach_weight_gather_waits(self)  # at the front of the callbacks: ZeRO-1/2's gathers finished at every event
         sp_size = sequence_parallel.sp_size if sequence_parallel is not None else 1
         self.add_callback(PerRankRandomness(sp_size))  # augmentation and drop path differ across data-parallel ranks
         host_draws = getattr(self.train_dataset, "randomness", None)

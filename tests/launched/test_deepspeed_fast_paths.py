@@ -1,4 +1,4 @@
-"""DeepSpeed's fast paths (`hf_vit_scaling.parallel.deepspeed_fast_paths`) change the time, not the numbers: ZeRO-1, 2
+"""DeepSpeed's fast paths (`hf_vit_scaling.parallel.fast_paths.registry`) change the time, not the numbers: ZeRO-1, 2
 and 3 runs of the same model and data, with DeepSpeed's own code and with the fast paths, log the same losses and
 gradient norms and end with the same weights, bit for bit: on one process (the world-of-one reductions, the fp64
 norm, the skipped re-pointing and ZeRO-2's reduction at the epilogue all run) and on two (torchrun over gloo: one

@@ -5,7 +5,7 @@ setup.cfg's lowest DeepSpeed (which turns some fast paths off); the highest is t
 
 import pytest
 
-from hf_vit_scaling.parallel.deepspeed_fast_paths import ENV_SWITCH
+from hf_vit_scaling.parallel.fast_paths.registry import ENV_SWITCH
 from tests.helpers.deepspeed_range import deepspeed_range, installed_deepspeed
 from tests.helpers.launchers import DS_CONFIGS, losses_by_step, read_json, run_recipe
 
@@ -32,5 +32,8 @@ def test_zero_runs_train_the_same_with_and_without_the_fast_paths(tmp_path, stag
     assert set(read_json(tmp_path / "own" / "throughput.json")["setup"]["deepspeed_fast_paths"].values()) == {
         f"off ({ENV_SWITCH}=0)"
     }
-    assert f"fast paths (ds_configs/README.md, {ENV_SWITCH}=0 turns them off)" in fast.stdout + fast.stderr
+    assert (
+        f"fast paths (hf_vit_scaling/parallel/fast_paths/README.md, {ENV_SWITCH}=0 turns them off)"
+        in fast.stdout + fast.stderr
+    )
     assert f"ZeRO-{stage}, 2 process(es))" in own.stdout

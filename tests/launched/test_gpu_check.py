@@ -15,7 +15,7 @@ import zipfile
 
 import pytest
 
-from hf_vit_scaling.parallel.deepspeed_fast_paths import ENV_SWITCH
+from hf_vit_scaling.parallel.fast_paths.registry import ENV_SWITCH
 from tests.helpers.launchers import REPO, launch_env
 
 SCRIPT = REPO / "benchmarks" / "gpu_check.py"

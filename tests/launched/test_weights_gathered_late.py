@@ -1,5 +1,5 @@
 """ZeRO-1/2 on several CPU processes leaves each step's gather of the updated weights in flight while the Trainer
-runs its step-end callbacks and loads the next batch (`parallel/weight_gathers.py`): the time
+runs its step-end callbacks and loads the next batch (`parallel/fast_paths/weight_gathers.py`): the time
 changes, not the numbers. Two processes (torchrun over gloo), ZeRO-2, 4 steps with a checkpoint at step 2 and an
 evaluation at step 3 and at the end, through tests/launched/workers/weight_gather_probe.py, which counts the gathers
 left in flight and names what finished each: the next training step, the checkpoint's `state_dict()`, an evaluation.

@@ -1,5 +1,5 @@
 """Trains the same tiny ViT under ZeRO-1, 2 and 3 twice each, with DeepSpeed's own code and with the project's fast
-paths (`hf_vit_scaling.parallel.deepspeed_fast_paths`), and writes every step's loss and gradient norm, the final
+paths (`hf_vit_scaling.parallel.fast_paths.registry`), and writes every step's loss and gradient norm, the final
 weights and the collectives each run called to $OUT (a torch file; rank 0's) for
 tests/launched/test_deepspeed_fast_paths.py.
 
@@ -14,13 +14,13 @@ import deepspeed
 import torch
 from transformers import ViTConfig, ViTForImageClassification
 
-from hf_vit_scaling.parallel.deepspeed_fast_paths import (
+from hf_vit_scaling.parallel.distributed import ensure_single_process_env
+from hf_vit_scaling.parallel.fast_paths.registry import (
     FAST_PATHS,
     install_deepspeed_fast_paths,
     owner_of,
     uninstall_deepspeed_fast_paths,
 )
-from hf_vit_scaling.parallel.distributed import ensure_single_process_env
 from tests.helpers.deepspeed_range import highest_deepspeed, installed_deepspeed
 
 STEPS = 4

@@ -1,7 +1,8 @@
 """Runs recipes/train_vit.py in this process (same arguments) and, when it exits, writes to
 $WEIGHT_GATHER_PROBE_DIR/rank{R}.json how many ZeRO-1/2 weight gathers its steps left in flight
-(`parallel.weight_gathers`) and what finished each: the next training step, a `state_dict()` (the model's pre-hook,
-a lambda), a Trainer event (`finishing`) or an evaluation. For tests/launched/test_weights_gathered_late.py."""
+(`parallel.fast_paths.weight_gathers`) and what finished each: the next training step, a `state_dict()` (the
+model's pre-hook, a lambda), a Trainer event (`finishing`) or an evaluation. For
+tests/launched/test_weights_gathered_late.py."""
 
 import json
 import os
@@ -11,7 +12,7 @@ import traceback
 from collections import Counter
 from pathlib import Path
 
-from hf_vit_scaling.parallel.weight_gathers import IN_FLIGHT, GathersInFlight
+from hf_vit_scaling.parallel.fast_paths.weight_gathers import IN_FLIGHT, GathersInFlight
 
 RECIPE = Path(__file__).resolve().parents[3] / "recipes" / "train_vit.py"
 FINISHERS = ("training_step", "<lambda>", "finishing", "evaluate", "predict")  # weight_gathers.py's callers

@@ -1,7 +1,8 @@
-"""Tests `parallel.weight_gathers` without a process group: which callbacks let a ZeRO-1/2 step leave its weight
-gather in flight, and which Trainer events finish it. Whole runs: tests/launched/test_weights_gathered_late.py."""
+"""Tests `parallel.fast_paths.weight_gathers` without a process group: which callbacks let a ZeRO-1/2 step leave
+its weight gather in flight, and which Trainer events finish it. Whole runs:
+tests/launched/test_weights_gathered_late.py."""
 
-from hf_vit_scaling.parallel import weight_gathers as gathers
+from hf_vit_scaling.parallel.fast_paths import weight_gathers as gathers
 
 
 def test_weights_gathered_late_only_past_callbacks_that_leave_the_weights_alone():
@@ -23,8 +24,26 @@ def test_weights_gathered_late_only_past_callbacks_that_leave_the_weights_alone(
 
     alone = gathers.leaves_weights_alone_at_step_edges
     assert all(alone(c) for c in (DefaultFlowCallback, ProgressCallback, AtTrainEnd))
-    assert alone(ThroughputCallback)  # it says so
+    assert alone(ThroughputCallback)  # listed
     assert not alone(AtStepEnd) and not alone(EMACallback)
+    gathers.leave_weights_alone(AtStepEnd, "nothing: a test's")
+    try:
+        assert alone(AtStepEnd)
+    finally:
+        del gathers.LEAVE_WEIGHTS_ALONE[gathers.qualified_name(AtStepEnd)]
+
+
+def test_every_callback_the_list_names_exists():
+    """A renamed or moved callback would drop out of the list in silence (its gathers then always waited for)."""
+    import importlib
+
+    from transformers import TrainerCallback
+
+    for name in gathers.LEAVE_WEIGHTS_ALONE:
+        module, _, qualname = name.rpartition(".")
+        callback_class = getattr(importlib.import_module(module), qualname, None)
+        assert isinstance(callback_class, type) and issubclass(callback_class, TrainerCallback), name
+        assert gathers.leaves_weights_alone_at_step_edges(callback_class), name
 
 
 def test_every_trainer_event_but_a_step_s_edges_finishes_the_gathers_in_flight(monkeypatch):

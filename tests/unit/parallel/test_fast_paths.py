@@ -1,4 +1,4 @@
-"""Tests `parallel.deepspeed_fast_paths` (and its replacements in `zero12_fast_paths`, `zero3_fast_paths`) without a
+"""Tests `parallel.fast_paths` (the registry, and its replacements in `zero12`, `zero3`) without a
 process group: the pins, the switch, the fp64 norm and the skipped re-pointing.
 Whole runs with and without them: tests/launched/test_deepspeed_fast_paths.py."""
 
@@ -7,9 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from hf_vit_scaling.parallel import deepspeed_fast_paths as fast
-from hf_vit_scaling.parallel import zero3_fast_paths as zero3
-from hf_vit_scaling.parallel import zero12_fast_paths as zero12
+from hf_vit_scaling.parallel.fast_paths import registry as fast
+from hf_vit_scaling.parallel.fast_paths import zero3, zero12
 
 
 def originals() -> dict:

@@ -1,25 +1,9 @@
-"""ZeRO-3's fast paths, and the multi-tensor norm ZeRO-1/2's use too: replacements that
-`hf_vit_scaling.parallel.deepspeed_fast_paths` pins and installs (what each does and why it computes DeepSpeed's
-numbers: that module's docstring)."""
+"""ZeRO-3's fast paths: replacements that `registry` pins and installs (what each does and why it computes
+DeepSpeed's numbers: this folder's README.md and the registry's docstring)."""
 
 from __future__ import annotations
 
-from collections import Counter
-
-# fast path -> times its own code ran in this process (not DeepSpeed's, to which it hands a case it does not cover):
-# the throughput report says which ran in the measured steps (`throughput/timing.py`), not only which are installed.
-RAN: Counter[str] = Counter()
-
-
-def norms_in(tensors, dtype):
-    """Each tensor's L2 norm computed in `dtype` (DeepSpeed's `get_norm_dtype()`: fp64 where the device has it), as
-    DeepSpeed's `vector_norm(t.to(dtype))` per tensor gives it, without the fp64 copy of every gradient: one
-    multi-tensor norm that accumulates in `dtype` (bit for bit the same on the CPU: the unit test)."""
-    import torch
-
-    if all(t.dtype == tensors[0].dtype for t in tensors) and tensors[0].dtype in (torch.float32, torch.float64):
-        return torch._foreach_norm(tensors, 2.0, dtype=dtype)
-    return torch._foreach_norm([t.to(dtype) for t in tensors], 2.0)
+from hf_vit_scaling.parallel.fast_paths.common import RAN, norms_in, start_gather_rank_by_rank
 
 
 def _zero3_local_square_sum(optimizer, gradients, params):
@@ -224,23 +208,6 @@ def gather_rank_by_rank(parts, group) -> list:
     work, views = start_gather_rank_by_rank(parts, group)
     work.wait()
     return views
-
-
-def start_gather_rank_by_rank(parts, group) -> tuple:
-    """`gather_rank_by_rank` started and not waited for: (the collective's work, the views), the views holding every
-    rank's parts once `work.wait()` has returned."""
-    import torch
-    from deepspeed import comm as dist
-
-    world = dist.get_world_size(group=group)
-    mine = torch.cat(parts)
-    gathered = torch.empty(world * mine.numel(), dtype=mine.dtype, device=mine.device)
-    work = dist.all_gather_into_tensor(gathered, mine, group=group, async_op=True)
-    by_rank, views, offset = gathered.view(world, -1), [], 0
-    for part in parts:
-        views.append(by_rank[:, offset : offset + part.numel()])
-        offset += part.numel()
-    return work, views
 
 
 def make_zero3_step_begins_whole(original, other_halves_installed):

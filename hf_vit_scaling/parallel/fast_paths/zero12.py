@@ -1,12 +1,12 @@
-"""ZeRO-1/2's fast paths: replacements that `hf_vit_scaling.parallel.deepspeed_fast_paths` pins and installs (what
+"""ZeRO-1/2's fast paths: replacements that `hf_vit_scaling.parallel.fast_paths.registry` pins and installs (what
 each does and why it computes DeepSpeed's numbers: that module's docstring)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from hf_vit_scaling.parallel.weight_gathers import IN_FLIGHT, MAY_LEAVE_IN_FLIGHT
-from hf_vit_scaling.parallel.zero3_fast_paths import RAN, norms_in, start_gather_rank_by_rank
+from hf_vit_scaling.parallel.fast_paths.common import RAN, norms_in, start_gather_rank_by_rank
+from hf_vit_scaling.parallel.fast_paths.weight_gathers import IN_FLIGHT, MAY_LEAVE_IN_FLIGHT
 
 
 def _zero12_local_square_sum(optimizer, gradients, params):

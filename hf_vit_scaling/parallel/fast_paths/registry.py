@@ -45,7 +45,7 @@ on two) and calls the original where its condition does not hold:
 - `zero12_file_at_once`: ZeRO-1's reduction, and ZeRO-2's at the epilogue, file every gradient in the bucket in one
   loop instead of a chain of a dozen Python calls per tensor (`reduce_independent_p_g_buckets_and_remove_grads` and
   its callers, pinned too), where every branch of that chain but the filing does nothing
-  (`zero12_fast_paths.file_every_gradient`): the same bucket, in the same order;
+  (`zero12.file_every_gradient`): the same bucket, in the same order;
 - `zero3_whole_through_step` (with its `_release` and `_gather` parts): the same ZeRO-3 case as
   `zero3_whole_module_hooks`: DeepSpeed releases every parameter at a step's start and gathers all of them back into
   new tensors at its end; they stay, and the updated partitions are gathered into them in place, one collective (the
@@ -57,11 +57,11 @@ on two) and calls the original where its condition does not hold:
 Each is installed only over the DeepSpeed source it was written and tested against (`FastPath.source_sha` pins a hash
 of the original's source, `also_pins` those of the methods whose work it does itself): after a DeepSpeed upgrade that
 changes a method, its fast path stays off and the run reports so, and
-`tests/unit/parallel/test_deepspeed_fast_paths.py` fails until the replacement is reviewed; a method that is missing
+`tests/unit/parallel/test_fast_paths.py` fails until the replacement is reviewed; a method that is missing
 (another DeepSpeed version) turns its path off the same way, never an error. A path made of parts (`requires`) is
 installed whole or not at all. Set `HF_VIT_SCALING_DEEPSPEED_FAST_PATHS=0` to run DeepSpeed's own code unchanged (it
 also puts back any method replaced earlier in the process). The replacements:
-`zero12_fast_paths.py` and `zero3_fast_paths.py`.
+`fast_paths/zero12.py` and `fast_paths/zero3.py`.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hf_vit_scaling.errors import UserInputError
-from hf_vit_scaling.parallel.zero3_fast_paths import (
-    RAN,
+from hf_vit_scaling.parallel.fast_paths.common import RAN
+from hf_vit_scaling.parallel.fast_paths.zero3 import (
     make_zero3_grad_norm,
     make_zero3_one_param_gather,
     make_zero3_single_rank_reduce_scatter,
@@ -83,7 +83,7 @@ from hf_vit_scaling.parallel.zero3_fast_paths import (
     make_zero3_step_keeps_whole,
     make_zero3_whole_module_hooks,
 )
-from hf_vit_scaling.parallel.zero12_fast_paths import (
+from hf_vit_scaling.parallel.fast_paths.zero12 import (
     make_zero2_no_gradient_hooks,
     make_zero2_reduce_at_epilogue,
     make_zero12_bit16_views,
@@ -268,7 +268,8 @@ def left_out_by_switch() -> set[str]:
     if unknown:
         raise UserInputError(
             f"{ENV_SWITCH}={value!r}: {unknown[0]!r} is not 0, 1 or -NAME of a fast path. Fix: use 0 (all off), 1 "
-            "(all on) or a list such as -zero12_grad_norm,-cpu_numa_cores_once (names: ds_configs/README.md)."
+            "(all on) or a list such as -zero12_grad_norm,-cpu_numa_cores_once (names: "
+            "hf_vit_scaling/parallel/fast_paths/README.md)."
         )
     return {name[1:] for name in names}
 
