@@ -55,7 +55,7 @@ from .recipes import mae_two_steps, medical_test_metrics, minutes, recipe_step_t
 CENSUS = "benchmarks/figures.py"
 # name -> (results file, renderer)
 RESULTS = "benchmarks/results"
-TABLES: dict[str, tuple[str, Callable[[dict], str]]] = {  # fmt: skip
+TABLES: dict[str, tuple[str, Callable[[dict], str]]] = {
     "stop_on_signal": (f"{RESULTS}/stop_on_signal.json", stop_on_signal),
     "callback_overhead": (f"{RESULTS}/callback_overhead.json", callback_overhead),
     "make_test": (f"{RESULTS}/make_test.json", timed_command),

@@ -13,12 +13,12 @@ def timed_command(result: dict) -> str:
     fresh clone, setup included) is the page's prose beside the table."""
     summary = [m.group(1) for m in map(PYTEST_SUMMARY.match, result["output_tail"]) if m]
     header = ["command", "wall time", "exit status"] + (["pytest's summary"] if summary else [])
-    row = [
-        f"`{result['timed']}`",
-        f"{result['wall_min']:.1f} min ({result['wall_s']:.0f} s)",
-        str(result["exit_code"]),
-    ] + summary[-1:]
+    row = [f"`{result['timed']}`", wall_time(result), str(result["exit_code"])] + summary[-1:]
     return table(header, [row])
+
+
+def wall_time(result: dict) -> str:
+    return f"{result['wall_min']:.1f} min ({result['wall_s']:.0f} s)"
 
 
 LAUNCHES = re.compile(r"^process launches: \d+ .*$")
@@ -26,16 +26,14 @@ LAUNCHES = re.compile(r"^process launches: \d+ .*$")
 
 def ci_run(result: dict) -> str:
     """A timed `.ci/run`: its wall time and exit status, and every pytest session's summary line (and the process
-    launches the suite counted: tests/launch_count.py), in the order they ran."""
-    lines = [m.group(1) for m in map(PYTEST_SUMMARY.match, result["output_tail"]) if m]
-    lines += [line for line in result["output_tail"] if LAUNCHES.match(line)]
-    wall = f"{result['wall_min']:.1f} min ({result['wall_s']:.0f} s)"
-    row = [
-        f"`{result['timed']}` at {result['provenance']['commit']}",
-        wall,
-        str(result["exit_code"]),
-        "<br>".join(lines),
-    ]
+    launches the suite counted: tests/launch_count.py), in the order they were printed."""
+    lines = []
+    for line in result["output_tail"]:
+        summary = PYTEST_SUMMARY.match(line)
+        if summary or LAUNCHES.match(line):
+            lines.append(summary.group(1) if summary else line)
+    command = f"`{result['timed']}` at {result['provenance']['commit']}"
+    row = [command, wall_time(result), str(result["exit_code"]), "<br>".join(lines)]
     return table(["command", "wall time", "exit status", "pytest's summaries"], [row])
 
 
