@@ -184,39 +184,53 @@ def save_teacher(folder, labels: list[str], weights: bool = True, drawn_by: int 
     return str(folder)
 
 
-# One fresh process runs the recipe's main() once per case (what `python recipes/train_vit.py ARGS` runs after its
-# imports), so the refusals cost one start-up, not one each; `test_the_process_exits_2_with_one_error_line` checks
-# the exit code and stderr of a real `python recipes/train_vit.py` process.
-REFUSE_EACH = """
+# One launch of fresh process(es) runs every case's script as `python SCRIPT ARGS` would (runpy as `__main__`,
+# sys.argv set, from the repository root, so relative paths such as ds_configs/ resolve), so the refusals cost one
+# start-up, not one each; each refusal happens before the script's work, so a case leaves nothing behind for the next.
+# `test_the_process_exits_2_with_one_error_line` and `test_a_script_s_refusal_is_its_process_s_exit_status_2` check
+# the exit status and stderr of a real process.
+RUN_EACH = """
 import contextlib
-import importlib.util
 import io
 import json
 import os
+import runpy
 import sys
+import traceback
 
-os.chdir(sys.argv[3])  # where `python recipes/train_vit.py` runs from: relative paths such as ds_configs/ resolve
-spec = importlib.util.spec_from_file_location("train_vit", sys.argv[1])
-recipe = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(recipe)
+repo, cases, results_path = sys.argv[1:4]
+os.chdir(repo)
 results = {}
-for name, argv in json.loads(open(sys.argv[2]).read()).items():
+for name, argv in json.loads(open(cases).read()).items():
     err = io.StringIO()
+    sys.argv = list(argv)
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:
-            code = recipe.main(argv)
+            runpy.run_path(argv[0], run_name="__main__")
+            code = 0
         except SystemExit as stop:
             code = stop.code
-        except Exception as crash:  # a traceback where one error line belongs
-            code = f"crashed: {crash!r}"
+        except Exception:  # a traceback where one error line belongs
+            code = "crashed"
+            err.write(traceback.format_exc())
     results[name] = {"code": code, "stderr": err.getvalue()}
-with open(sys.argv[4].format(rank=os.environ.get("RANK", "0")), "w") as f:  # one file per rank
+with open(results_path.format(rank=os.environ.get("RANK", "0")), "w") as f:  # one file per rank
     json.dump(results, f)
 
 from hf_vit_scaling.parallel.distributed import shutdown_distributed  # noqa: E402
 
 shutdown_distributed()  # a case may have started the process group; gloo must be done before exit
 """
+
+
+def run_each(root, argvs: dict[str, list[str]], nproc: int = 1) -> list[dict]:
+    """[{case: {"code": exit status, "stderr": what it printed}} per rank] of every case's argv (a script and its
+    arguments), all run in one launch of `nproc` fresh processes (`RUN_EACH`)."""
+    (root / "cases.json").write_text(json.dumps(argvs))
+    results = str(root / "results.rank{rank}.json")
+    launcher = "torchrun" if nproc > 1 else "python"
+    run_script(root, "run_each.py", RUN_EACH, REPO, root / "cases.json", results, launcher=launcher, nproc=nproc)
+    return [read_json(results.format(rank=rank)) for rank in range(nproc)]
 
 
 def write_case_files(folder) -> None:
@@ -236,8 +250,8 @@ def write_case_files(folder) -> None:
 
 
 def refuse_each(root, cases: dict, nproc: int = 1) -> tuple[list[dict], dict]:
-    """([{case: result} per rank], {case: output dir}): every case's argv (made in its own folder) run by the
-    recipe's main() in one launch of `nproc` fresh processes."""
+    """([{case: result} per rank], {case: output dir}): every case's recipe command (made in its own folder) run in
+    one launch of `nproc` fresh processes (`run_each`)."""
     argvs, outs = {}, {}
     for i, (name, make_args) in enumerate(cases.items()):
         folder = root / f"case{i}"
@@ -246,14 +260,9 @@ def refuse_each(root, cases: dict, nproc: int = 1) -> tuple[list[dict], dict]:
         outs[name] = folder / "out"
         args = list(map(str, make_args(folder)))
         config_file = args[:1] if args and args[0].endswith((".yaml", ".json")) else []  # first, as users pass it
-        argvs[name] = [*config_file, "--output_dir", str(outs[name]), *TINY_ARGS, *args[len(config_file):],
-                       "--max_steps", "2"]  # fmt: skip
-    (root / "cases.json").write_text(json.dumps(argvs))
-    results = str(root / "results.rank{rank}.json")
-    launcher = "torchrun" if nproc > 1 else "python"
-    run_script(root, "refuse_each.py", REFUSE_EACH, RECIPE, root / "cases.json", REPO, results, launcher=launcher,
-               nproc=nproc)  # fmt: skip
-    return [read_json(results.format(rank=rank)) for rank in range(nproc)], outs
+        argvs[name] = [str(RECIPE.relative_to(REPO)), *config_file, "--output_dir", str(outs[name]), *TINY_ARGS,
+                       *args[len(config_file):], "--max_steps", "2"]  # fmt: skip
+    return run_each(root, argvs, nproc), outs
 
 
 @pytest.fixture(scope="module")
@@ -368,47 +377,6 @@ SCRIPT_CASES = {
 }
 
 
-# One fresh process runs each case's script as `python SCRIPT ARGS` would (runpy as `__main__`, sys.argv set), so
-# the scripts' refusals below cost one start-up, not one each; each refusal happens before the script's work, so a
-# case leaves nothing behind for the next. test_a_script_s_refusal_is_its_process_s_exit_status_2 runs one as its own
-# process, for the exit status.
-RUN_EACH_SCRIPT = """
-import contextlib
-import io
-import json
-import os
-import runpy
-import sys
-import traceback
-
-repo, cases, results_path = sys.argv[1:4]
-os.chdir(repo)
-results = {}
-for name, argv in json.loads(open(cases).read()).items():
-    err = io.StringIO()
-    sys.argv = list(argv)
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            runpy.run_path(argv[0], run_name="__main__")
-            code = 0
-        except SystemExit as stop:
-            code = stop.code
-        except Exception:  # a traceback where one error line belongs
-            code = "crashed"
-            err.write(traceback.format_exc())
-    results[name] = {"code": code, "stderr": err.getvalue()}
-with open(results_path, "w") as f:
-    json.dump(results, f)
-"""
-
-
-def run_each_script(root, argvs: dict[str, list[str]]) -> dict[str, dict]:
-    """{case: {"code": exit status, "stderr": what it printed}} of every case's argv (a script and its arguments)."""
-    (root / "cases.json").write_text(json.dumps(argvs))
-    run_script(root, "run_each_script.py", RUN_EACH_SCRIPT, REPO, root / "cases.json", root / "results.json")
-    return read_json(root / "results.json")
-
-
 def out_of(folder, argv: list[str]) -> list[str]:
     return [str(folder / "out") if arg == "OUT" else arg for arg in argv]
 
@@ -425,7 +393,7 @@ def script_refusals(tmp_path_factory):
         outs[name] = root / f"case{i}"
         outs[name].mkdir()
         argvs[name] = out_of(outs[name], argv)
-    results = run_each_script(root, argvs)
+    (results,) = run_each(root, argvs)
     return {name: (results[name], outs[name] / "out") for name in cases}
 
 
